@@ -1,0 +1,142 @@
+"""What the cluster is: nodes, their GPUs and the partitions workloads can be given.
+
+Capacity is guarded twice: services claim partitions with conditional updates, and the check
+constraints below make an over-allocated row impossible to store even if a service is wrong.
+"""
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+from django.urls import reverse
+
+from nodes.choices import PartitionKind, SharingMode
+
+SHARE_MILLI_FULL = 1000
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=253, unique=True)
+    labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True, help_text="Kubernetes taints: [{key, value, effect}]")
+    ready = models.BooleanField(default=True)
+    cordoned = models.BooleanField(default=False)
+    cpu_allocatable_milli = models.PositiveIntegerField(default=0)
+    memory_allocatable_mib = models.PositiveBigIntegerField(default=0)
+    gpu_product = models.CharField(max_length=128, blank=True, help_text="GFD product label, e.g. NVIDIA-H100-80GB-HBM3")
+    gpu_model = models.CharField(max_length=64, blank=True, help_text="Catalog key; empty when the product is unknown")
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    sharing_mode = models.CharField(max_length=16, choices=SharingMode.choices, default=SharingMode.EXCLUSIVE)
+    sharing_replicas = models.PositiveSmallIntegerField(
+        default=1, help_text="R: replicas per GPU for mps / timeslice / mps-weighted (1 otherwise)"
+    )
+    applied_config = models.CharField(max_length=128, blank=True, help_text="device-plugin or mig-parted config now on the node")
+    desired_config = models.CharField(max_length=128, blank=True, help_text="config gpuplane wants on the node")
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(sharing_replicas__gte=1), name="node_sharing_replicas_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("nodes:node-detail", args=[self.name])
+
+    @property
+    def schedulable(self) -> bool:
+        return self.ready and not self.cordoned
+
+
+class GPU(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=96, unique=True)
+    model = models.CharField(max_length=64, blank=True, help_text="Catalog key; empty when the product is unknown")
+    memory_mib = models.PositiveIntegerField()
+    mig_enabled = models.BooleanField(default=False)
+    # What is handed out on this GPU, summed over its partitions (kept by services, checked here).
+    allocated_milli = models.PositiveIntegerField(default=0)
+    allocated_memory_mib = models.PositiveIntegerField(default=0)
+    # Latest telemetry; null until a collector reports.
+    utilization_pct = models.FloatField(null=True, blank=True)
+    memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    sampled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        verbose_name = "GPU"
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_index_per_node"),
+            models.CheckConstraint(condition=Q(allocated_milli__lte=SHARE_MILLI_FULL), name="gpu_allocated_milli_le_full"),
+            models.CheckConstraint(
+                condition=Q(allocated_memory_mib__lte=F("memory_mib")), name="gpu_allocated_memory_le_memory"
+            ),
+            models.CheckConstraint(
+                condition=Q(utilization_pct__isnull=True) | Q(utilization_pct__gte=0, utilization_pct__lte=100),
+                name="gpu_utilization_pct_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+    @property
+    def free_milli(self) -> int:
+        return SHARE_MILLI_FULL - self.allocated_milli
+
+    @property
+    def free_memory_mib(self) -> int:
+        return self.memory_mib - self.allocated_memory_mib
+
+
+class Partition(models.Model):
+    """A unit one workload can be given: a whole GPU, a MIG instance, an MPS slot or share, a replica.
+
+    A partition holds at most one occupant: either a gpuplane Placement or a pod that inventory
+    sync found on the cluster (`pod`, "namespace/name"). It is free when it has neither.
+    """
+
+    gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="partitions")
+    kind = models.CharField(max_length=16, choices=PartitionKind.choices)
+    slot = models.PositiveSmallIntegerField(help_text="Position among this GPU's partitions")
+    share_milli = models.PositiveIntegerField(help_text="Compute share in thousandths of the GPU")
+    memory_mib = models.PositiveIntegerField(help_text="Memory this partition may use")
+    mig_profile = models.CharField(max_length=32, blank=True)
+    mig_start = models.PositiveSmallIntegerField(null=True, blank=True)
+    mig_size = models.PositiveSmallIntegerField(null=True, blank=True)
+    mig_device_uuid = models.CharField(max_length=96, blank=True)
+    placement = models.ForeignKey(
+        "scheduler.Placement", null=True, blank=True, on_delete=models.SET_NULL, related_name="partitions"
+    )
+    pod = models.CharField(max_length=317, blank=True, help_text="namespace/name of the pod found using it")
+
+    class Meta:
+        ordering = ["gpu__node__name", "gpu__index", "slot"]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "slot"], name="partition_unique_slot_per_gpu"),
+            models.CheckConstraint(
+                condition=Q(share_milli__gte=1, share_milli__lte=SHARE_MILLI_FULL), name="partition_share_milli_range"
+            ),
+            # MIG geometry is present exactly for MIG partitions, inside the 8 memory slices.
+            models.CheckConstraint(
+                condition=(
+                    Q(kind="mig", mig_start__isnull=False, mig_size__isnull=False, mig_start__lte=7, mig_size__gte=1)
+                    & ~Q(mig_profile="")
+                )
+                | (~Q(kind="mig") & Q(mig_start__isnull=True, mig_size__isnull=True, mig_profile="")),
+                name="partition_mig_geometry_iff_mig",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        label = self.mig_profile or f"{self.kind} {self.share_milli / 10:g}%"
+        return f"{self.gpu} [{self.slot}] {label}"
+
+    @property
+    def is_free(self) -> bool:
+        return self.placement_id is None and not self.pod
