@@ -1,0 +1,68 @@
+"""WorkloadSpec -> the Kubernetes Deployment manifest both backends submit."""
+from __future__ import annotations
+
+from typing import Any
+
+from nodes.cluster.base import LABEL_MANAGED_BY, WorkloadSpec
+
+
+def deployment_manifest(spec: WorkloadSpec) -> dict[str, Any]:
+    """An apps/v1 Deployment for `spec`.
+
+    When `spec.node_name` is set the pods are pinned with a *required* node affinity on
+    kubernetes.io/hostname (not nodeName), so the default scheduler still runs its own checks and
+    a pod that cannot fit stays Pending with an event instead of failing admission.
+    """
+    labels = {LABEL_MANAGED_BY: "gpuplane", **spec.labels}
+    selector = {"app.kubernetes.io/name": spec.name}
+    pod_labels = {**labels, **selector}
+    limits = {key: str(value) for key, value in spec.resources.items()}
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": spec.image,
+        "resources": {"limits": limits},
+        "env": [{"name": key, "value": value} for key, value in sorted(spec.env.items())],
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    pod_spec: dict[str, Any] = {"containers": [container]}
+    if spec.priority_class_name:
+        pod_spec["priorityClassName"] = spec.priority_class_name
+    if spec.node_name:
+        pod_spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [spec.node_name]}]}
+                    ]
+                }
+            }
+        }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels, "annotations": dict(spec.annotations)},
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": dict(spec.annotations)},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def pinned_node(manifest: dict[str, Any]) -> str | None:
+    """The node a Deployment manifest is pinned to by required hostname affinity, if any."""
+    try:
+        terms = manifest["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+    except KeyError:
+        return None
+    for term in terms:
+        for expr in term.get("matchExpressions", []):
+            if expr.get("key") == "kubernetes.io/hostname" and expr.get("operator") == "In" and expr.get("values"):
+                return expr["values"][0]
+    return None

@@ -1,0 +1,178 @@
+"""Kubernetes JSON (Node, Pod) -> the ClusterBackend value types.
+
+Both backends feed raw API objects through here, so the simulated cluster is read with exactly the
+interpretation a real cluster gets: GFD labels for the GPU product, count and memory, allocatable
+extended resources, conditions for readiness.
+"""
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from nodes.cluster.base import (
+    ANNOTATION_GPU_UUIDS,
+    ANNOTATION_MIG_LAYOUT,
+    LABEL_GPU_COUNT,
+    LABEL_GPU_MEMORY,
+    LABEL_GPU_PRODUCT,
+    RESOURCE_GPU,
+    RESOURCE_MIG_PREFIX,
+    ClusterError,
+    ClusterNode,
+    ClusterPod,
+    GPUDevice,
+    MIGDevice,
+    Taint,
+)
+
+_SUFFIXES = {
+    "m": Decimal("0.001"),
+    "": Decimal(1),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$")
+
+
+def parse_quantity(value: str | int | float) -> Decimal:
+    """A Kubernetes resource quantity ("63500m", "512Gi", "1e3", 8) as a Decimal in base units."""
+    if isinstance(value, (int, float)):
+        return Decimal(str(value))
+    match = _QUANTITY.match(value.strip())
+    if not match or match.group(2) not in _SUFFIXES:
+        raise ClusterError(f"invalid Kubernetes quantity {value!r}")
+    try:
+        number = Decimal(match.group(1))
+    except InvalidOperation:
+        raise ClusterError(f"invalid Kubernetes quantity {value!r}") from None
+    return number * _SUFFIXES[match.group(2)]
+
+
+def _is_gpu_resource(name: str) -> bool:
+    return name == RESOURCE_GPU or name.startswith(RESOURCE_MIG_PREFIX)
+
+
+def _condition_true(status: dict[str, Any], kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _mig_layout(annotations: dict[str, str], node_name: str) -> dict[int, tuple[MIGDevice, ...]]:
+    raw = annotations.get(ANNOTATION_MIG_LAYOUT)
+    if not raw:
+        return {}
+    try:
+        decoded = json.loads(raw)
+        return {
+            int(index): tuple(MIGDevice(profile=str(d[0]), start=int(d[1]), size=int(d[2]), uuid=str(d[3]) if len(d) > 3 else "") for d in devices)
+            for index, devices in decoded.items()
+        }
+    except (ValueError, TypeError, IndexError, AttributeError) as exc:
+        raise ClusterError(f"node {node_name}: annotation {ANNOTATION_MIG_LAYOUT} is malformed: {exc}") from None
+
+
+def parse_node(obj: dict[str, Any]) -> ClusterNode:
+    """One Kubernetes Node object (as JSON) -> ClusterNode.
+
+    GPUs come from GFD labels: `nvidia.com/gpu.count` GPUs of `nvidia.com/gpu.product` with
+    `nvidia.com/gpu.memory` MiB each. Kubernetes does not expose per-GPU UUIDs or MIG placements, so
+    they are read from annotations the gpuplane node agent writes; until it has, UUIDs are derived
+    from the node name and index (stable, unique) and MIG devices are unknown.
+    """
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    name = meta["name"]
+    labels = dict(meta.get("labels") or {})
+    annotations = dict(meta.get("annotations") or {})
+    allocatable_raw = status.get("allocatable") or {}
+
+    allocatable = {key: int(parse_quantity(value)) for key, value in allocatable_raw.items() if "/" in key}
+    cpu_milli = int(parse_quantity(allocatable_raw.get("cpu", "0")) * 1000)
+    memory_mib = int(parse_quantity(allocatable_raw.get("memory", "0")) / (2**20))
+
+    gpus: list[GPUDevice] = []
+    try:
+        gpu_count = int(labels.get(LABEL_GPU_COUNT, "0"))
+        gpu_memory_mib = int(labels.get(LABEL_GPU_MEMORY, "0"))
+    except ValueError as exc:
+        raise ClusterError(f"node {name}: GFD label is not an integer: {exc}") from None
+    if gpu_count:
+        product = labels.get(LABEL_GPU_PRODUCT, "")
+        uuids = [u.strip() for u in annotations.get(ANNOTATION_GPU_UUIDS, "").split(",") if u.strip()]
+        layout = _mig_layout(annotations, name)
+        for index in range(gpu_count):
+            uuid = uuids[index] if index < len(uuids) else f"GPU-{name}-{index}"
+            devices = layout.get(index, ())
+            gpus.append(
+                GPUDevice(
+                    index=index,
+                    uuid=uuid,
+                    product=product,
+                    memory_mib=gpu_memory_mib,
+                    mig_enabled=index in layout,
+                    mig_devices=devices,
+                )
+            )
+
+    return ClusterNode(
+        name=name,
+        labels=labels,
+        annotations=annotations,
+        taints=tuple(
+            Taint(key=t.get("key", ""), value=t.get("value") or "", effect=t.get("effect", "NoSchedule"))
+            for t in spec.get("taints") or []
+        ),
+        ready=_condition_true(status, "Ready"),
+        unschedulable=bool(spec.get("unschedulable", False)),
+        cpu_allocatable_milli=cpu_milli,
+        memory_allocatable_mib=memory_mib,
+        allocatable=allocatable,
+        gpus=tuple(gpus),
+    )
+
+
+def pod_gpu_requests(obj: dict[str, Any]) -> dict[str, int]:
+    """GPU resources a pod asks for, summed over its containers (limits win over requests, as for extended resources)."""
+    totals: dict[str, int] = {}
+    for container in (obj.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        merged = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+        for key, value in merged.items():
+            if _is_gpu_resource(key):
+                totals[key] = totals.get(key, 0) + int(parse_quantity(value))
+    return {k: v for k, v in totals.items() if v > 0}
+
+
+def parse_pod(obj: dict[str, Any]) -> ClusterPod | None:
+    """A Pod object -> ClusterPod, or None when it requests no GPU resource."""
+    requests = pod_gpu_requests(obj)
+    if not requests:
+        return None
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    owners = meta.get("ownerReferences") or []
+    return ClusterPod(
+        namespace=meta.get("namespace", "default"),
+        name=meta["name"],
+        node_name=spec.get("nodeName") or "",
+        phase=status.get("phase", "Pending"),
+        ready=_condition_true(status, "Ready"),
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        gpu_requests=requests,
+        priority_class_name=spec.get("priorityClassName") or "",
+        owner_kind=owners[0].get("kind", "") if owners else "",
+    )
