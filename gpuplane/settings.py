@@ -110,9 +110,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["gpuplane.roles.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
-        "rest_framework.filters.OrderingFilter",
+        # DRF's OrderingFilter, but an unknown field is a 400 instead of being ignored.
+        "gpuplane.api.StrictOrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # DRF's LimitOffsetPagination, limit capped at 500, bad limit/offset a 400.
+    "DEFAULT_PAGINATION_CLASS": "gpuplane.api.CappedLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "gpuplane.api.exception_handler",
@@ -123,6 +125,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Placement and GPU sharing control plane for Kubernetes GPU clusters.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Tag and name operations by resource ("nodes_list"), not by the version prefix ("v1_nodes_list").
+    "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
+    # The schema and Swagger UI need the same login and role as the API they describe.
+    "SERVE_PERMISSIONS": ["gpuplane.roles.RolePermission"],
     # Swagger UI assets come from the drf-spectacular-sidecar package: served locally, no CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -138,7 +144,7 @@ if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 else:
     # Embedded broker: kombu's filesystem transport works across processes on one machine.
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (CELERY_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -146,6 +152,9 @@ else:
         "data_folder_out": str(CELERY_BROKER_DIR / "queue"),
         "processed_folder": str(CELERY_BROKER_DIR / "processed"),
         "store_processed": False,
+        # Fanout exchanges (worker remote control, mingle) live here; kombu's default is a
+        # "control" folder in the current directory.
+        "control_folder": str(CELERY_BROKER_DIR / "control"),
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_SOFT_TIME_LIMIT = 300

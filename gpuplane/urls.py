@@ -1,11 +1,16 @@
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.authtoken.views import obtain_auth_token
+
+from gpuplane.views import OverviewView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/v1/auth/token/", obtain_auth_token, name="api-token"),
     path("api/v1/", include("nodes.api.urls")),
+    path("", OverviewView.as_view(), name="overview"),
     path("", include("nodes.urls")),
 ]

@@ -1,4 +1,9 @@
 from django.urls import path
 
+from nodes import views
+
 app_name = "nodes"
-urlpatterns: list = []
+urlpatterns = [
+    path("nodes/", views.NodeListView.as_view(), name="node-list"),
+    path("nodes/<str:name>/", views.NodeDetailView.as_view(), name="node-detail"),
+]

@@ -1,0 +1,153 @@
+"""Read serializers for the inventory: nodes, GPUs and partitions.
+
+Fields are listed explicitly so that a new model column never leaks into the API unnoticed.
+Relations are written as natural keys (node name, GPU UUID) because that is how operators and
+Kubernetes name them.
+"""
+from __future__ import annotations
+
+from django.db.models import Avg, Count, Q, QuerySet
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from nodes.models import GPU, Node, Partition
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def with_usage(nodes: QuerySet[Node]) -> QuerySet[Node]:
+    """Annotate `gpus_allocated` and `utilization_pct`, which NodeSerializer reads.
+
+    `gpus_allocated`: number of the node's GPUs with any compute allocated (allocated_milli > 0).
+    `utilization_pct`: mean of its GPUs' latest utilization, ignoring GPUs without telemetry;
+    None when no GPU has reported. One aggregate query for the whole page, no N+1.
+    Keeps an explicit order_by; otherwise orders by Node.Meta.ordering.
+    """
+    annotated = nodes.annotate(
+        gpus_allocated=Count("gpus", filter=Q(gpus__allocated_milli__gt=0)),
+        utilization_pct=Avg("gpus__utilization_pct"),
+    )
+    # Django drops Meta.ordering from GROUP BY queries; paging needs a stable order.
+    return annotated if annotated.ordered else annotated.order_by(*Node._meta.ordering)
+
+
+class TaintSerializer(serializers.Serializer):
+    """Shape of one Kubernetes taint; used to document Node.taints in the schema."""
+
+    key = serializers.CharField()
+    value = serializers.CharField(required=False)
+    effect = serializers.ChoiceField(choices=TAINT_EFFECTS)
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
+class LabelsField(serializers.JSONField):
+    """Kubernetes labels: a string-to-string mapping."""
+
+
+@extend_schema_field(TaintSerializer(many=True))
+class TaintsField(serializers.JSONField):
+    """Kubernetes taints: a list of {key, value, effect}."""
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    """A node; expects a queryset passed through `with_usage()`."""
+
+    url = serializers.HyperlinkedIdentityField(view_name="nodes-api:node-detail", lookup_field="name")
+    labels = LabelsField(read_only=True)
+    taints = TaintsField(read_only=True)
+    schedulable = serializers.BooleanField(read_only=True, help_text="Ready and not cordoned.")
+    gpus_allocated = serializers.IntegerField(
+        read_only=True, help_text="Number of this node's GPUs with any compute allocated."
+    )
+    utilization_pct = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text="Mean of the node's GPUs' latest utilization; null when no GPU has reported.",
+    )
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "url",
+            "name",
+            "labels",
+            "taints",
+            "ready",
+            "cordoned",
+            "schedulable",
+            "cpu_allocatable_milli",
+            "memory_allocatable_mib",
+            "gpu_product",
+            "gpu_model",
+            "gpu_count",
+            "sharing_mode",
+            "sharing_replicas",
+            "applied_config",
+            "desired_config",
+            "last_seen",
+            "gpus_allocated",
+            "utilization_pct",
+        ]
+        read_only_fields = fields
+
+
+class GPUSerializer(serializers.ModelSerializer):
+    """A GPU with its allocation and latest telemetry (telemetry fields are null until sampled)."""
+
+    url = serializers.HyperlinkedIdentityField(view_name="nodes-api:gpu-detail", lookup_field="uuid")
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    free_milli = serializers.IntegerField(read_only=True, help_text="Compute not yet allocated, in thousandths.")
+    free_memory_mib = serializers.IntegerField(read_only=True, help_text="Memory not yet allocated, in MiB.")
+
+    class Meta:
+        model = GPU
+        fields = [
+            "url",
+            "uuid",
+            "node",
+            "index",
+            "model",
+            "memory_mib",
+            "mig_enabled",
+            "allocated_milli",
+            "allocated_memory_mib",
+            "free_milli",
+            "free_memory_mib",
+            "utilization_pct",
+            "memory_used_mib",
+            "power_w",
+            "temperature_c",
+            "sampled_at",
+        ]
+        read_only_fields = fields
+
+
+class PartitionSerializer(serializers.ModelSerializer):
+    """A unit a workload can be given; `free` when held by no placement and no pod."""
+
+    url = serializers.HyperlinkedIdentityField(view_name="nodes-api:partition-detail")
+    gpu = serializers.SlugRelatedField(slug_field="uuid", read_only=True)
+    node = serializers.CharField(source="gpu.node.name", read_only=True, help_text="Name of the GPU's node.")
+    free = serializers.BooleanField(source="is_free", read_only=True)
+
+    class Meta:
+        model = Partition
+        fields = [
+            "id",
+            "url",
+            "gpu",
+            "node",
+            "kind",
+            "slot",
+            "share_milli",
+            "memory_mib",
+            "mig_profile",
+            "mig_start",
+            "mig_size",
+            "mig_device_uuid",
+            "free",
+            "pod",
+            "placement",
+        ]
+        read_only_fields = fields

@@ -1,0 +1,60 @@
+"""Plain helpers that create inventory rows for tests (no factory library, no randomness)."""
+from __future__ import annotations
+
+from typing import Any
+
+from nodes.choices import PartitionKind
+from nodes.models import GPU, SHARE_MILLI_FULL, Node, Partition
+
+DEFAULT_GPU_MEMORY_MIB = 81920  # an 80 GB part (H100 / A100-80GB)
+
+
+def make_node(
+    name: str,
+    gpu_model: str = "H100-SXM5-80GB",
+    gpu_count: int = 2,
+    sharing_mode: str = "exclusive",
+    *,
+    gpu_memory_mib: int = DEFAULT_GPU_MEMORY_MIB,
+    partitions: bool = True,
+    **fields: Any,
+) -> Node:
+    """Create a node with `gpu_count` GPUs (index i, uuid f"GPU-{name}-{i}", model `gpu_model`).
+
+    With `partitions=True` each GPU gets one free exclusive partition (slot 0, the whole GPU),
+    whatever the sharing mode; pass `partitions=False` and use make_partition() for other layouts.
+    `fields` go to Node (ready, cordoned, labels, sharing_replicas, ...).
+    """
+    node = Node.objects.create(
+        name=name, gpu_model=gpu_model, gpu_count=gpu_count, sharing_mode=sharing_mode, **fields
+    )
+    for index in range(gpu_count):
+        gpu = GPU.objects.create(
+            node=node, index=index, uuid=f"GPU-{name}-{index}", model=gpu_model, memory_mib=gpu_memory_mib
+        )
+        if partitions:
+            make_partition(gpu)
+    return node
+
+
+def make_partition(
+    gpu: GPU,
+    kind: str = PartitionKind.EXCLUSIVE,
+    slot: int = 0,
+    share_milli: int = SHARE_MILLI_FULL,
+    memory_mib: int | None = None,
+    **fields: Any,
+) -> Partition:
+    """Create one partition on `gpu` (default: the whole GPU, free). Does not touch GPU.allocated_*.
+
+    `memory_mib` defaults to the GPU's memory; MIG partitions need mig_profile/mig_start/mig_size
+    in `fields` (the database refuses them otherwise).
+    """
+    return Partition.objects.create(
+        gpu=gpu,
+        kind=kind,
+        slot=slot,
+        share_milli=share_milli,
+        memory_mib=gpu.memory_mib if memory_mib is None else memory_mib,
+        **fields,
+    )
