@@ -76,8 +76,9 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Web, worker and beat share the file: wait for locks instead of failing at once.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # Web, worker and beat share the file: wait for locks instead of failing at once, and take
+    # the write lock when a transaction starts so that a read-then-write cannot deadlock.
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -97,9 +98,10 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
-LOGIN_URL = "/admin/login/"
+# Everyone signs in here; /admin/login/ still works for staff (Django admin admits staff only).
+LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
-LOGOUT_REDIRECT_URL = "/admin/login/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 REST_FRAMEWORK = {
     # Token first so that an anonymous request gets 401 with WWW-Authenticate, not 403.
@@ -136,8 +138,14 @@ SPECTACULAR_SETTINGS = {
 }
 INSTALLED_APPS.append("drf_spectacular_sidecar")
 
-# --- Celery -------------------------------------------------------------------------------
+# --- Cache (locks such as the sync overlap guard must be seen by every worker process) --------
 REDIS_URL = env_str("REDIS_URL", "")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / "cache")}}
+
+# --- Celery -------------------------------------------------------------------------------
 CELERY_BROKER_DIR = VAR_DIR / "celery-broker"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
@@ -176,6 +184,8 @@ GPUPLANE_CLUSTER = env_choice("GPUPLANE_CLUSTER", "simulated", ("simulated", "ku
 GPUPLANE_SIMULATED_STATE = env_str("GPUPLANE_SIMULATED_STATE", str(VAR_DIR / "simulated-cluster.json"))
 # kubeconfig path for GPUPLANE_CLUSTER=kubernetes outside a cluster; empty = in-cluster, then default.
 GPUPLANE_KUBECONFIG = env_str("GPUPLANE_KUBECONFIG", "")
+# Where the NVIDIA device plugin DaemonSet runs (the GPU operator's namespace by default).
+GPUPLANE_DEVICE_PLUGIN_NAMESPACE = env_str("GPUPLANE_DEVICE_PLUGIN_NAMESPACE", "gpu-operator")
 
 LOGGING = {
     "version": 1,

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import obtain_auth_token
@@ -7,6 +8,13 @@ from gpuplane.views import OverviewView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # The sign-in page for every role; Django's admin login admits staff only.
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(template_name="registration/login.html", redirect_authenticated_user=True),
+        name="login",
+    ),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/auth/token/", obtain_auth_token, name="api-token"),

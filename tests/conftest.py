@@ -52,6 +52,12 @@ def viewer_api(viewer) -> APIClient:
 
 
 @pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Full-strength hashing costs ~0.3 s a user; tests check access rules, not the hash."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
 def isolated_cluster_state(tmp_path, settings):
     """Every test gets its own simulated-cluster state file."""
     settings.GPUPLANE_SIMULATED_STATE = str(tmp_path / "simulated-cluster.json")

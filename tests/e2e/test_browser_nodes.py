@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from playwright.sync_api import Page, expect
 
 from nodes.choices import PartitionKind, SharingMode
@@ -25,6 +25,17 @@ PASSWORD = "a-long-test-password"
 @pytest.fixture
 def staff_user() -> User:
     return User.objects.create_superuser(USERNAME, "root@example.com", PASSWORD)
+
+
+VIEWER_NAME = "vera"
+
+
+@pytest.fixture
+def viewer_user() -> User:
+    """A plain viewer: not staff, so only the gpuplane sign-in page lets her in."""
+    user = User.objects.create_user(VIEWER_NAME, password=PASSWORD)
+    user.groups.add(Group.objects.get_or_create(name="viewer")[0])
+    return user
 
 
 @pytest.fixture
@@ -62,7 +73,17 @@ def demo_cluster() -> dict[str, Node]:
     return {"mps": mps, "mig": mig, "l4": l4}
 
 
-def sign_in(page: Page, base_url: str) -> None:
+def sign_in(page: Page, base_url: str, username: str = VIEWER_NAME) -> None:
+    """Sign in through gpuplane's own page, as a person would, landing on the overview."""
+    page.goto(f"{base_url}/accounts/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{base_url}/")
+
+
+def sign_in_as_staff(page: Page, base_url: str) -> None:
+    """The Django admin's login page (staff only) gives a session the UI accepts too."""
     page.goto(f"{base_url}/admin/login/")
     page.get_by_label("Username").fill(USERNAME)
     page.get_by_label("Password").fill(PASSWORD)
@@ -70,15 +91,15 @@ def sign_in(page: Page, base_url: str) -> None:
     page.wait_for_url(f"{base_url}/admin/")
 
 
-def test_a_staff_user_signs_in_lists_nodes_and_opens_a_mig_node(
-    page: Page, live_server, staff_user, demo_cluster, tmp_path: Path
+def test_a_viewer_signs_in_lists_nodes_and_opens_a_mig_node(
+    page: Page, live_server, viewer_user, demo_cluster, tmp_path: Path
 ):
     base = live_server.url
     sign_in(page, base)
 
     page.goto(f"{base}/nodes/")
     expect(page.get_by_role("heading", name="Nodes", exact=True)).to_be_visible()
-    expect(page.locator(".badge--role")).to_have_text("admin")
+    expect(page.locator(".badge--role")).to_have_text("viewer")
     rows = page.locator("table tbody tr")
     expect(rows).to_have_count(3)
     expect(rows.nth(0)).to_contain_text("gpu-mig-b")
@@ -128,7 +149,7 @@ def test_a_staff_user_signs_in_lists_nodes_and_opens_a_mig_node(
 
 
 def test_the_overview_and_narrow_screens(page: Page, live_server, staff_user, demo_cluster, tmp_path: Path):
-    sign_in(page, live_server.url)
+    sign_in_as_staff(page, live_server.url)
     page.goto(f"{live_server.url}/")
     expect(page.get_by_role("heading", name="Cluster overview")).to_be_visible()
     expect(page.get_by_role("region", name="Nodes")).to_contain_text("3")
@@ -145,4 +166,4 @@ def test_the_overview_and_narrow_screens(page: Page, live_server, staff_user, de
     page.screenshot(path=tmp_path / "node-detail-narrow.png", full_page=True)
 
     page.get_by_role("button", name="Log out").click()
-    page.wait_for_url(f"{live_server.url}/admin/login/")
+    page.wait_for_url(f"{live_server.url}/accounts/login/")

@@ -199,3 +199,24 @@ def test_it_lists_the_endpoints_at_the_api_root(viewer_api, api):
     assert body["nodes"] == "http://testserver/api/v1/nodes/"
     assert body["gpus"] == "http://testserver/api/v1/gpus/"
     assert body["partitions"] == "http://testserver/api/v1/partitions/"
+
+
+def test_a_viewer_signs_in_on_the_gpuplane_page_and_the_api_accepts_the_session(viewer, node):
+    client = Client()
+
+    login = client.post("/accounts/login/", {"username": viewer.username, "password": PASSWORD, "next": "/nodes/"})
+
+    assert login.status_code == 302 and login["Location"] == "/nodes/"
+    response = client.get("/api/v1/nodes/")
+    assert response.status_code == 200
+    assert response.json()["count"] == 1
+
+
+def test_the_sign_in_page_refuses_a_wrong_password(viewer):
+    client = Client()
+
+    response = client.post("/accounts/login/", {"username": viewer.username, "password": "wrong"})
+
+    assert response.status_code == 200
+    assert "Please enter a correct username and password" in response.content.decode()
+    assert client.get("/api/v1/nodes/").status_code == 401

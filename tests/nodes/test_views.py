@@ -128,10 +128,10 @@ def table_rows(html: str) -> list[str]:
 
 
 @pytest.mark.parametrize("url", ["/", "/nodes/", "/nodes/gpu-mig-b/"])
-def test_it_redirects_anonymous_users_to_the_admin_login(client, url):
+def test_it_redirects_anonymous_users_to_the_sign_in_page(client, url):
     response = client.get(url)
     assert response.status_code == 302
-    assert response["Location"] == f"/admin/login/?next={url}"
+    assert response["Location"] == f"/accounts/login/?next={url}"
 
 
 @pytest.mark.parametrize("url", ["/", "/nodes/", "/nodes/gpu-mig-b/"])
@@ -148,7 +148,7 @@ def test_the_page_header_shows_user_role_and_a_post_logout(viewer_client):
     body = viewer_client.get("/").content.decode()
     assert "vera-viewer" in body
     assert '<span class="badge badge--role" title="Your role">viewer</span>' in body
-    assert '<form method="post" action="/admin/logout/"' in body
+    assert '<form method="post" action="/accounts/logout/"' in body
     assert 'href="/api/docs/"' in body
     assert 'href="/admin/"' not in body  # Admin link only for staff
 
