@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django import forms
-from django.db.models import Avg, Count, IntegerField, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import Avg, Count, IntegerField, OuterRef, Prefetch, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.views.generic import DetailView, ListView
 
@@ -213,13 +213,17 @@ def _partition_count(*, used_only: bool = False) -> Coalesce:
 
 
 def node_list_queryset() -> QuerySet[Node]:
-    """Nodes annotated with `gpus_n`, `mean_utilization_pct` (None without telemetry), `partitions_n`, `partitions_used_n`."""
+    """Nodes annotated with `gpus_n`, `mean_utilization_pct` (None without telemetry), `partitions_n`,
+    `partitions_used_n` and `allocated_milli` (compute handed out, summed over the node's GPUs)."""
     gpus = GPU.objects.filter(node=OuterRef("pk")).order_by().values("node")
     return Node.objects.annotate(
         gpus_n=Coalesce(Subquery(gpus.annotate(n=Count("id")).values("n"), output_field=IntegerField()), 0),
         mean_utilization_pct=Subquery(gpus.annotate(u=Avg("utilization_pct")).values("u")),
         partitions_n=_partition_count(),
         partitions_used_n=_partition_count(used_only=True),
+        allocated_milli=Coalesce(
+            Subquery(gpus.annotate(s=Sum("allocated_milli")).values("s"), output_field=IntegerField()), 0
+        ),
     ).order_by("name")
 
 
@@ -262,7 +266,11 @@ class NodeListView(RoleRequiredMixin, ListView):
         context = super().get_context_data(**kwargs)
         for node in context["nodes"]:
             node.sharing_label = sharing_label(node.sharing_mode, node.sharing_replicas)
-            node.allocated_pct = round(node.partitions_used_n * 100 / node.partitions_n) if node.partitions_n else 0
+            # Measured in GPU share, not partition count: weighted-MPS shares exist as partitions
+            # only once handed out, so "2 / 2 partitions" would read as a full node.
+            capacity_milli = node.gpus_n * SHARE_MILLI_FULL
+            node.allocated_pct = round(node.allocated_milli * 100 / capacity_milli) if capacity_milli else 0
+            node.allocated_gpus = node.allocated_milli / SHARE_MILLI_FULL
         query = self.request.GET.copy()
         query.pop("page", None)
         context.update(

@@ -105,9 +105,9 @@ def test_a_viewer_signs_in_lists_nodes_and_opens_a_mig_node(
     expect(rows.nth(0)).to_contain_text("gpu-mig-b")
     expect(rows.nth(0)).to_contain_text("H100-SXM5-80GB")
     expect(rows.nth(0)).to_contain_text("MIG")
-    expect(rows.nth(0)).to_contain_text("1 / 6")
+    expect(rows.nth(0)).to_contain_text("0.43 / 2 GPUs")  # the used 3g.40gb: 428 milli of one GPU
     expect(rows.nth(1)).to_contain_text("MPS ×4")
-    expect(rows.nth(1)).to_contain_text("1 / 8")
+    expect(rows.nth(1)).to_contain_text("0.25 / 2 GPUs")  # one 250-milli MPS slot in use
     expect(rows.nth(1)).to_contain_text("45 %")  # mean of 35 and 55
     expect(rows.nth(2)).to_contain_text("L4")
     expect(rows.nth(2)).to_contain_text("NotReady")

@@ -51,7 +51,10 @@ def cluster() -> dict[str, Node]:
         name="gpu-mps-a", gpu_model=H100, gpu_count=2, sharing_mode=SharingMode.MPS, sharing_replicas=4
     )
     for index, util in ((0, 30.0), (1, 50.0)):
-        gpu = make_gpu(mps, index, utilization_pct=util, temperature_c=61.0, power_w=412.0)
+        # GPU 0's one used slot hands out 250 milli (inventory sync keeps this sum).
+        gpu = make_gpu(mps, index, utilization_pct=util, temperature_c=61.0, power_w=412.0,
+                       allocated_milli=250 if index == 0 else 0,
+                       allocated_memory_mib=H100_MIB // 4 if index == 0 else 0)
         for slot in range(4):
             make_partition(gpu, slot, PartitionKind.MPS, 250, H100_MIB // 4, pod="ml/bert-0" if (index, slot) == (0, 0) else "")
     mig_node = Node.objects.create(
@@ -60,7 +63,7 @@ def cluster() -> dict[str, Node]:
         labels={"nvidia.com/mig.config": "gpuplane-gpu-mig-b"},
         taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
     )
-    gpu = make_gpu(mig_node, 0, mig_enabled=True)
+    gpu = make_gpu(mig_node, 0, mig_enabled=True, allocated_milli=428)  # the used 3g.40gb: 3 * 1000 // 7
     deployment = Deployment.objects.create(name="llama", model="llama-3-8b", memory_mib=30000, namespace="ml")
     placement = Placement.objects.create(deployment=deployment, node=mig_node, replica_index=0)
     mig(gpu, 0, "3g.40gb", 0, 4, placement=placement)
@@ -168,11 +171,18 @@ def test_the_list_shows_one_row_per_node_with_its_figures(viewer_client, cluster
     assert response.status_code == 200
     rows = table_rows(response.content.decode())
     assert rows[0] == "Name GPU model GPUs Sharing mode Utilization Allocated Status"
-    # utilization: mean of 30 and 50; allocated: 1 of 8 MPS slots holds a pod.
-    assert rows[1] == f"gpu-mig-b {H100} 1 MIG — 1 / 2 Ready"
-    assert rows[2] == f"gpu-mps-a {H100} 2 MPS ×4 40 % 1 / 8 Ready"
-    assert rows[3] == "l4-c L4 1 Exclusive — 0 / 0 NotReady Cordoned"
+    # utilization: mean of 30 and 50; allocated in GPUs: 428 milli = 0.43 GPU; one 250-milli MPS slot = 0.25.
+    assert rows[1] == f"gpu-mig-b {H100} 1 MIG — 0.43 / 1 GPUs Ready"
+    assert rows[2] == f"gpu-mps-a {H100} 2 MPS ×4 40 % 0.25 / 2 GPUs Ready"
+    assert rows[3] == "l4-c L4 1 Exclusive — 0 / 1 GPUs NotReady Cordoned"
     assert 'href="/nodes/gpu-mps-a/"' in response.content.decode()
+
+
+def test_the_allocated_bar_measures_gpu_share_not_partition_count(viewer_client, cluster):
+    body = viewer_client.get("/nodes/").content.decode()
+    # gpu-mps-a: 250 of 2 x 1000 milli = 12.5 % -> 12 (banker's rounding); gpu-mig-b: 428 of 1000 = 43 %.
+    assert 'bar__fill bar__fill--alt" style="width: 12%"' in body
+    assert 'bar__fill bar__fill--alt" style="width: 43%"' in body
 
 
 def test_the_utilization_bar_width_is_the_mean(viewer_client, cluster):
@@ -239,7 +249,7 @@ def test_the_detail_lists_gpus_and_their_partitions(viewer_client, cluster):
     body = response.content.decode()
     rows = table_rows(body)
     assert "Index UUID Model Memory Utilization Allocated Temperature Power" in rows
-    assert f"0 GPU-gpu-mps-a-0 {H100} 79.6 GiB 30 % 0 % · 0 MiB 61 °C 412 W" in rows
+    assert f"0 GPU-gpu-mps-a-0 {H100} 79.6 GiB 30 % 25 % · 19.9 GiB 61 °C 412 W" in rows
     assert f"1 GPU-gpu-mps-a-1 {H100} 79.6 GiB 50 % 0 % · 0 MiB 61 °C 412 W" in rows
     assert "0 MPS slot 25 % 19.9 GiB ml/bert-0" in rows
     assert rows.count("1 MPS slot 25 % 19.9 GiB free") == 2
