@@ -140,3 +140,77 @@ class Partition(models.Model):
     @property
     def is_free(self) -> bool:
         return self.placement_id is None and not self.pod
+
+
+class GPUSample(models.Model):
+    """One telemetry reading of one GPU. (gpu, ts) is unique so a re-sent batch stores nothing twice."""
+
+    gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="samples")
+    ts = models.DateTimeField()
+    utilization_pct = models.FloatField(null=True, blank=True)
+    memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
+    memory_total_mib = models.PositiveIntegerField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    sm_clock_mhz = models.PositiveIntegerField(null=True, blank=True)
+    source = models.CharField(max_length=16, blank=True, help_text="nvml | dcgm | simulated | agent")
+
+    class Meta:
+        ordering = ["gpu_id", "ts"]
+        verbose_name = "GPU sample"
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "ts"], name="gpusample_unique_gpu_ts"),
+            models.CheckConstraint(
+                condition=Q(utilization_pct__isnull=True) | Q(utilization_pct__gte=0, utilization_pct__lte=100),
+                name="gpusample_utilization_pct_range",
+            ),
+        ]
+        indexes = [models.Index(fields=["ts"], name="gpusample_ts_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id}@{self.ts:%Y-%m-%dT%H:%M:%S}"
+
+
+class GPUSampleRollup(models.Model):
+    """Raw samples of one GPU over a fixed bucket (5 minutes by default), kept after the raw ones expire."""
+
+    gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="rollups")
+    bucket_start = models.DateTimeField()
+    bucket_s = models.PositiveIntegerField(default=300)
+    samples = models.PositiveIntegerField()
+    utilization_pct_avg = models.FloatField(null=True, blank=True)
+    utilization_pct_max = models.FloatField(null=True, blank=True)
+    memory_used_mib_avg = models.FloatField(null=True, blank=True)
+    memory_used_mib_max = models.PositiveIntegerField(null=True, blank=True)
+    power_w_avg = models.FloatField(null=True, blank=True)
+    power_w_max = models.FloatField(null=True, blank=True)
+    temperature_c_avg = models.FloatField(null=True, blank=True)
+    temperature_c_max = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["gpu_id", "bucket_start"]
+        verbose_name = "GPU sample rollup"
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "bucket_start"], name="gpusamplerollup_unique_gpu_bucket"),
+        ]
+        indexes = [models.Index(fields=["bucket_start"], name="gpusamplerollup_bucket_idx")]
+
+
+class NodeAgentToken(models.Model):
+    """A credential for one node's telemetry agent: it may post samples for that node only.
+
+    Only a SHA-256 digest of the key is stored; the key itself is shown once, when created.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="agent_tokens")
+    key_digest = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8, help_text="First characters of the key, to tell tokens apart")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["node__name", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"agent token {self.prefix}… for {self.node.name}"
