@@ -138,6 +138,15 @@ SPECTACULAR_SETTINGS = {
 }
 INSTALLED_APPS.append("drf_spectacular_sidecar")
 
+# --- Cluster ------------------------------------------------------------------------------
+GPUPLANE_CLUSTER = env_choice("GPUPLANE_CLUSTER", "simulated", ("simulated", "kubernetes"))
+# The simulated cluster keeps its state in this file so web, worker and beat see one cluster.
+GPUPLANE_SIMULATED_STATE = env_str("GPUPLANE_SIMULATED_STATE", str(VAR_DIR / "simulated-cluster.json"))
+# kubeconfig path for GPUPLANE_CLUSTER=kubernetes outside a cluster; empty = in-cluster, then default.
+GPUPLANE_KUBECONFIG = env_str("GPUPLANE_KUBECONFIG", "")
+# Where the NVIDIA device plugin DaemonSet runs (the GPU operator's namespace by default).
+GPUPLANE_DEVICE_PLUGIN_NAMESPACE = env_str("GPUPLANE_DEVICE_PLUGIN_NAMESPACE", "gpu-operator")
+
 # --- Cache (locks such as the sync overlap guard must be seen by every worker process) --------
 REDIS_URL = env_str("REDIS_URL", "")
 if REDIS_URL:
@@ -169,6 +178,25 @@ CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 INVENTORY_SYNC_INTERVAL_S = env_int("GPUPLANE_INVENTORY_SYNC_INTERVAL_S", 30, minimum=5)
+# --- Telemetry (DESIGN.md section 8) ---------------------------------------------------------
+# Where poll_metrics_task reads GPU metrics: the simulator, DCGM exporter through Prometheus, or nothing
+# (when node agents push to POST /api/v1/telemetry/ instead).
+GPUPLANE_TELEMETRY_SOURCE = env_choice(
+    "GPUPLANE_TELEMETRY_SOURCE", "simulated" if GPUPLANE_CLUSTER == "simulated" else "none", ("simulated", "dcgm", "none")
+)
+GPUPLANE_PROMETHEUS_URL = env_str("GPUPLANE_PROMETHEUS_URL", "http://prometheus.monitoring:9090")
+TELEMETRY_POLL_INTERVAL_S = env_int("GPUPLANE_TELEMETRY_POLL_INTERVAL_S", 30, minimum=1)
+TELEMETRY_RAW_RETENTION_H = env_int("GPUPLANE_TELEMETRY_RAW_RETENTION_H", 24, minimum=1)
+TELEMETRY_ROLLUP_BUCKET_S = env_int("GPUPLANE_TELEMETRY_ROLLUP_BUCKET_S", 300, minimum=60)
+TELEMETRY_ROLLUP_RETENTION_D = env_int("GPUPLANE_TELEMETRY_ROLLUP_RETENTION_D", 30, minimum=1)
+TELEMETRY_MAX_BATCH = env_int("GPUPLANE_TELEMETRY_MAX_BATCH", 5000, minimum=1)
+# A sample stamped further in the future than this is refused (clock skew allowance).
+TELEMETRY_MAX_FUTURE_SKEW_S = env_int("GPUPLANE_TELEMETRY_MAX_FUTURE_SKEW_S", 120, minimum=0)
+TELEMETRY_SIMULATION_SEED = env_int("GPUPLANE_TELEMETRY_SIMULATION_SEED", 42)
+# Idle GPU (seed 004): utilization below this % and memory used below this % of total.
+IDLE_UTILIZATION_PCT = env_int("GPUPLANE_IDLE_UTILIZATION_PCT", 30, minimum=0)
+IDLE_MEMORY_PCT = env_int("GPUPLANE_IDLE_MEMORY_PCT", 50, minimum=0)
+
 CELERY_BEAT_SCHEDULE = {
     "sync-inventory": {
         "task": "nodes.tasks.sync_inventory_task",
@@ -176,16 +204,17 @@ CELERY_BEAT_SCHEDULE = {
         # A sync that has not started before the next one is due is pointless.
         "options": {"expires": INVENTORY_SYNC_INTERVAL_S * 0.9},
     },
+    "poll-metrics": {
+        "task": "nodes.tasks.poll_metrics_task",
+        "schedule": float(TELEMETRY_POLL_INTERVAL_S),
+        "options": {"expires": TELEMETRY_POLL_INTERVAL_S * 0.9},
+    },
+    "rollup-telemetry": {
+        "task": "nodes.tasks.rollup_telemetry_task",
+        "schedule": 300.0,
+        "options": {"expires": 270.0},
+    },
 }
-
-# --- Cluster ------------------------------------------------------------------------------
-GPUPLANE_CLUSTER = env_choice("GPUPLANE_CLUSTER", "simulated", ("simulated", "kubernetes"))
-# The simulated cluster keeps its state in this file so web, worker and beat see one cluster.
-GPUPLANE_SIMULATED_STATE = env_str("GPUPLANE_SIMULATED_STATE", str(VAR_DIR / "simulated-cluster.json"))
-# kubeconfig path for GPUPLANE_CLUSTER=kubernetes outside a cluster; empty = in-cluster, then default.
-GPUPLANE_KUBECONFIG = env_str("GPUPLANE_KUBECONFIG", "")
-# Where the NVIDIA device plugin DaemonSet runs (the GPU operator's namespace by default).
-GPUPLANE_DEVICE_PLUGIN_NAMESPACE = env_str("GPUPLANE_DEVICE_PLUGIN_NAMESPACE", "gpu-operator")
 
 LOGGING = {
     "version": 1,
