@@ -6,6 +6,7 @@ REDIS_URL and GPUPLANE_CLUSTER=kubernetes.
 """
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
 
 import dj_database_url
@@ -93,7 +94,13 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    # plotly.js as shipped inside the pinned `plotly` package, served at
+    # /static/vendor/plotly/plotly.min.js: no CDN, and no copy of it in the repository.
+    # find_spec locates the package without importing it.
+    ("vendor/plotly", Path(find_spec("plotly").origin).parent / "package_data"),
+]
 # The app serves its own assets (no CDN); whitenoise finds them without collectstatic in DEBUG.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
@@ -163,7 +170,8 @@ else:
     # Embedded broker: kombu's filesystem transport works across processes on one machine.
     for sub in ("queue", "processed", "control"):
         (CELERY_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
+    # "localhost" only silences kombu's "no hostname" warning; the transport ignores it.
+    CELERY_BROKER_URL = "filesystem://localhost//"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(CELERY_BROKER_DIR / "queue"),
         "data_folder_out": str(CELERY_BROKER_DIR / "queue"),
@@ -196,6 +204,8 @@ TELEMETRY_SIMULATION_SEED = env_int("GPUPLANE_TELEMETRY_SIMULATION_SEED", 42)
 # Idle GPU (seed 004): utilization below this % and memory used below this % of total.
 IDLE_UTILIZATION_PCT = env_int("GPUPLANE_IDLE_UTILIZATION_PCT", 30, minimum=0)
 IDLE_MEMORY_PCT = env_int("GPUPLANE_IDLE_MEMORY_PCT", 50, minimum=0)
+# Bearer token Prometheus must send to GET /metrics; empty = /metrics is open (gpuplane/observability.py).
+GPUPLANE_METRICS_TOKEN = env_str("GPUPLANE_METRICS_TOKEN", "")
 
 CELERY_BEAT_SCHEDULE = {
     "sync-inventory": {

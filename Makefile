@@ -1,0 +1,51 @@
+# gpuplane: two commands on a fresh machine (see README.md, "Quick start").
+#
+#   make run    web + Celery worker + Celery beat on http://$(HOST):$(PORT); Ctrl-C stops all three
+#   make test   the whole test suite (pass-through: DATABASE_URL, REDIS_URL, PYTEST_ARGS)
+#
+# Only python3 is needed: both create .venv and install requirements.txt on first use, and
+# again only when requirements.txt is newer than the stamp file in .venv.
+
+PYTHON      ?= python3
+VENV        ?= .venv
+HOST        ?= 127.0.0.1
+PORT        ?= 8000
+PYTEST_ARGS ?=
+
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.requirements-installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test
+
+help:
+	@echo "make run    start gpuplane on http://$(HOST):$(PORT) (HOST=, PORT= to change); Ctrl-C stops it"
+	@echo "make test   run the test suite (PYTEST_ARGS='-k name' to narrow it)"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): requirements.txt | $(PY)
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt
+	touch $@
+
+install: $(STAMP)
+
+run: install
+	$(PY) manage.py migrate --noinput
+	@# The demo cluster gives a new user something to look at; --if-empty keeps their own data.
+	@# It lives in the simulator only: a real cluster is never seeded.
+	@if [ "$${GPUPLANE_CLUSTER:-simulated}" = kubernetes ]; then \
+		echo "(GPUPLANE_CLUSTER=kubernetes: no demo cluster)"; \
+	elif $(PY) manage.py help --commands | grep -qx load_demo_cluster; then \
+		echo "$(PY) manage.py load_demo_cluster --if-empty"; \
+		$(PY) manage.py load_demo_cluster --if-empty; \
+	else \
+		echo "(no load_demo_cluster command in this version: starting with an empty cluster)"; \
+	fi
+	$(PY) manage.py ensure_admin --url http://$(HOST):$(PORT)/accounts/login/
+	@# exec: the supervisor replaces the shell, so Ctrl-C and SIGTERM reach it directly.
+	exec $(PY) manage.py run_gpuplane --host $(HOST) --port $(PORT)
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
