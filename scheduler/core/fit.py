@@ -1,0 +1,217 @@
+"""Does a request fit on each node, and which unit would it get there? (vectorized)
+
+One rule for every sharing mode: a unit (whole GPU, MIG instance, MPS slot, weighted share,
+time-slice replica) fits when it is free, its compute share covers the request's share and its
+memory covers the request's memory. The unit a node would give is its smallest fitting one,
+on the GPU that ``scheduler.core.assignment`` would choose (best fit, then lowest index):
+
+| node mode     | unit share        | unit memory            | GPU choice among fitting GPUs     |
+|---------------|-------------------|------------------------|-----------------------------------|
+| exclusive     | 1000              | the GPU's              | lowest free indexes               |
+| mig           | instance's c/7    | instance's             | smallest profile, then lowest GPU |
+|               | (or a whole GPU with MIG disabled, as exclusive; the smaller unit wins)    |
+| mps           | 1000 // R         | GPU memory // R        | fewest free slots, then lowest    |
+| mps-weighted  | the request's     | the request's          | least free share, then lowest     |
+| timeslice     | 1000 // R         | the request's (counted)| least free memory, then lowest    |
+
+MIG instances are chosen by memory and compute share like everything else: a 25 % request
+needs at least a 2g instance (285 milli), since a 1g instance gives only 1/7 of the SMs.
+
+``evaluate_fit`` answers for many nodes at once from the snapshot's per-node *offers* (the
+distinct units a new placement could get there, kept sorted by the snapshot; see ``NodeRow``),
+with no per-GPU reductions; ``chosen_gpus`` adds the GPU each node would use (packing scores
+only). The Python assignment gives the same answer for one node from its objects; a property
+test checks that they agree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler.core.classify import Classification
+from scheduler.core.snapshot import KIND_ID, ClusterSnapshot, first_set_byte, pick, row_words
+from scheduler.core.types import SHARE_MILLI_FULL, PartitionKind
+
+# Why a node does not fit (GPUMemoryFit's reason codes).
+FITS = 0
+NO_MEMORY = 1  # a free unit with enough share exists, none with enough memory
+NO_SHARE = 2  # free units exist, none with enough compute share
+NO_FREE_UNIT = 3  # nothing free of a kind the request accepts
+
+
+KIND_EXCLUSIVE = KIND_ID[PartitionKind.EXCLUSIVE]
+KIND_MIG = KIND_ID[PartitionKind.MIG]
+KIND_MPS = KIND_ID[PartitionKind.MPS]
+KIND_WEIGHTED = KIND_ID[PartitionKind.MPS_WEIGHTED]
+KIND_TIMESLICE = KIND_ID[PartitionKind.TIMESLICE]
+
+_ALL_KINDS = frozenset(PartitionKind)
+_BIG = np.int64(1) << 40
+
+
+@dataclass(frozen=True)
+class Need:
+    """What one replica needs, computed once per cycle from request + classification.
+
+    ``share_milli`` is per GPU; ``memory_per_gpu_mib`` is the memory spread evenly over
+    ``gpu_count`` GPUs (rounded up). ``kinds`` are the partition kinds the request accepts.
+    """
+
+    memory_mib: int
+    gpu_count: int
+    share_milli: int
+    kinds: frozenset[PartitionKind]
+    classification: Classification
+
+    @property
+    def memory_per_gpu_mib(self) -> int:
+        return -(-self.memory_mib // self.gpu_count)
+
+    @property
+    def multi_gpu(self) -> bool:
+        return self.gpu_count > 1
+
+
+class FitTable:
+    """Per node of ``nodes``: fit code, unit kind id, unit share per GPU, chosen offer column.
+
+    ``offer`` is the column of the node's offer that the unit comes from (meaningless for nodes
+    that do not fit and for multi-GPU requests); ``mig_rows`` turns it into MIG geometry rows.
+    The five arrays are rows of one ``(5, n)`` block, so ``take`` is a single gather.
+    """
+
+    __slots__ = ("block", "nodes", "code", "kind", "unit_share_milli", "offer", "fits")
+
+    def __init__(self, nodes: np.ndarray, code: np.ndarray, kind: np.ndarray, unit_share_milli: np.ndarray,
+                 offer: np.ndarray) -> None:
+        self._bind(np.stack([nodes, code, kind, unit_share_milli, offer]).astype(np.int64, copy=False))
+
+    def _bind(self, block: np.ndarray) -> None:
+        self.block = block
+        self.nodes, self.code, self.kind, self.unit_share_milli, self.offer = block
+        self.fits = self.code == FITS
+
+    @classmethod
+    def _from_block(cls, block: np.ndarray) -> FitTable:
+        table = cls.__new__(cls)
+        table._bind(block)
+        return table
+
+    def charge_milli(self, need: Need) -> np.ndarray:
+        """Compute share the placement would hold on each node: unit share x GPUs."""
+        return self.unit_share_milli * need.gpu_count
+
+    def take(self, positions: np.ndarray) -> FitTable:
+        """The rows at ``positions``."""
+        return FitTable._from_block(np.take(self.block, positions, axis=1))
+
+    def mig_rows(self, snapshot: ClusterSnapshot) -> np.ndarray:
+        """MIG geometry row of each node's unit (-1 where the unit is not a MIG instance)."""
+        rows = pick(snapshot.offer_mig_row, self.nodes, self.offer)
+        return np.where(self.kind == KIND_MIG, rows, -1).astype(np.int64)
+
+
+def evaluate_fit(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> FitTable:
+    """Fit of ``need`` on each node id in ``nodes`` (any order), from the snapshot's offers.
+
+    Single GPU: a node fits iff one of its offers (``NodeRow``) has share >= the request's and
+    memory >= the request's, of a kind the request accepts; the first such offer (offers are
+    sorted ascending) is the unit. Multi-GPU: ``gpu_count`` free whole GPUs with enough memory
+    each. Failing nodes get the most specific reason: NO_MEMORY when some free unit has the
+    share but not the memory, NO_SHARE when free units exist but none with the share.
+    """
+    if need.multi_gpu:
+        return _fit_gang(snapshot, need, nodes)
+    # Compared over every node's offers at once (contiguous arrays, cheaper than gathering the
+    # candidates' rows first), then reduced to one uint64 word per node (8 offers = 8 bytes).
+    share_ok = snapshot.offer_share_milli >= need.share_milli
+    if need.kinds != _ALL_KINDS:
+        allowed = np.zeros(len(KIND_ID) + 1, dtype=np.bool_)  # index kind + 1; -1 = no offer
+        for kind in need.kinds:
+            allowed[KIND_ID[kind] + 1] = True
+        share_ok &= allowed[snapshot.offer_kind + 1]
+    usable = share_ok & (snapshot.offer_memory_mib >= need.memory_mib)
+    if usable.shape[1] == 8:
+        usable_words = row_words(usable).take(nodes)
+        fits = usable_words != 0
+        share_any = row_words(share_ok).take(nodes) != 0
+        first = first_set_byte(usable_words)
+    else:  # wider offers (a weighted node of more than 8 GPUs somewhere): numpy's reductions
+        fits = usable.take(nodes, axis=0).any(axis=1)
+        share_any = share_ok.take(nodes, axis=0).any(axis=1)
+        first = np.argmax(usable.take(nodes, axis=0), axis=1)
+    code = np.where(fits, FITS, np.where(share_any, NO_MEMORY,
+                                         np.where(snapshot.offer_count.take(nodes) > 0, NO_SHARE, NO_FREE_UNIT)))
+    kind = np.where(fits, pick(snapshot.offer_kind, nodes, first), -1)
+    unit = np.where(fits, pick(snapshot.offer_share_milli, nodes, first), 0)
+    # A weighted-MPS placement gets exactly its share, whatever is free on the GPU.
+    unit = np.where(kind == KIND_WEIGHTED, need.share_milli, unit)
+    return FitTable(nodes, code, kind, unit, first)
+
+
+def _fit_gang(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> FitTable:
+    """``gpu_count`` free whole GPUs with ``memory_per_gpu_mib`` each, on exclusive / MIG nodes."""
+    n = len(nodes)
+    gang = need.gpu_count
+    per_gpu = need.memory_per_gpu_mib
+    enough = snapshot.whole_free.take(nodes) >= gang
+    if PartitionKind.EXCLUSIVE not in need.kinds:
+        enough = np.zeros(n, dtype=np.bool_)
+    fits = enough & (snapshot.whole_free_min_memory_mib.take(nodes) >= per_gpu)
+    # Nodes whose free GPUs differ in memory (rare): count the big-enough ones exactly.
+    mixed = np.flatnonzero(enough & ~fits & (snapshot.whole_free_max_memory_mib.take(nodes) >= per_gpu))
+    if len(mixed):
+        ids = nodes[mixed]
+        ok = snapshot.gpu_whole_free.take(ids, axis=0) & (snapshot.gpu_memory_mib.take(ids, axis=0) >= per_gpu)
+        fits[mixed] = ok.sum(axis=1) >= gang
+    # A whole GPU covers any share; it fails on memory or on too few free GPUs.
+    code = np.where(fits, FITS, np.where(enough, NO_MEMORY, NO_FREE_UNIT))
+    kind = np.where(fits, KIND_EXCLUSIVE, -1).astype(np.int64)
+    unit = np.where(fits, SHARE_MILLI_FULL, 0).astype(np.int64)
+    return FitTable(nodes, code, kind, unit, np.zeros(n, dtype=np.int64))
+
+
+def _best(ok: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Per row, the column with the smallest ``key`` among ``ok`` columns; ties -> lowest column."""
+    cols = ok.shape[1]
+    ranked = np.where(ok, key.astype(np.int64) * cols + np.arange(cols), _BIG)
+    return np.argmin(ranked, axis=1)
+
+
+def chosen_gpus(snapshot: ClusterSnapshot, need: Need, fit: FitTable) -> np.ndarray:
+    """The GPU column (position in the node's GPU list) each fitting node would give a
+    single-GPU placement, by the rules in the module docstring; -1 for nodes that do not fit
+    and for multi-GPU requests. Uses per-GPU arrays: meant for the packing scores."""
+    gpu = np.full(len(fit.nodes), -1, dtype=np.int64)
+    if need.multi_gpu:
+        return gpu
+    for unit_kind in (KIND_EXCLUSIVE, KIND_MIG, KIND_MPS, KIND_WEIGHTED, KIND_TIMESLICE):
+        pos = np.flatnonzero(fit.fits & (fit.kind == unit_kind))
+        if not len(pos):
+            continue
+        ids = fit.nodes[pos]
+        slots = snapshot.gpu_free_slots.take(ids, axis=0)
+        if unit_kind == KIND_EXCLUSIVE:
+            memory = snapshot.gpu_memory_mib.take(ids, axis=0)
+            ok = snapshot.gpu_whole_free.take(ids, axis=0) & (memory >= need.memory_per_gpu_mib)
+            gpu[pos] = np.argmax(ok, axis=1)
+        elif unit_kind == KIND_MIG:
+            rows = fit.mig_rows(snapshot)[pos]
+            counts = np.take_along_axis(snapshot.gpu_mig_free.take(ids, axis=0), rows[:, None, None], axis=2)[:, :, 0]
+            ok = counts > 0
+            gpu[pos] = np.argmax(ok, axis=1)
+        elif unit_kind == KIND_MPS:
+            replicas = np.maximum(snapshot.replicas.take(ids), 1)[:, None]
+            ok = (slots > 0) & (snapshot.gpu_memory_mib.take(ids, axis=0) // replicas >= need.memory_mib)
+            gpu[pos] = _best(ok, slots)
+        elif unit_kind == KIND_WEIGHTED:
+            free_share = snapshot.gpu_free_share_milli.take(ids, axis=0)
+            free_memory = snapshot.gpu_free_memory_mib.take(ids, axis=0)
+            ok = (slots > 0) & (free_share >= need.share_milli) & (free_memory >= need.memory_mib)
+            gpu[pos] = _best(ok, free_share)
+        else:
+            free_memory = snapshot.gpu_free_memory_mib.take(ids, axis=0)
+            ok = (slots > 0) & (free_memory >= need.memory_mib)
+            gpu[pos] = _best(ok, free_memory)
+    return gpu

@@ -1,0 +1,26 @@
+"""Score PowerEfficiency: GPUs that do more work per watt score higher."""
+from __future__ import annotations
+
+import numpy as np
+
+from scheduler.core.framework import CycleState, ScorePlugin
+
+
+class PowerEfficiency(ScorePlugin):
+    """raw = 1000 x FP16 dense TFLOPS / TDP W (milli-TFLOPS per watt, integer);
+    normalized = 100 x raw // max(raw over the feasible nodes) (all 0 when the max is 0).
+
+    H100-SXM5-80GB: 1000 x 989 / 700 = 1412; A100-SXM4-40GB: 1000 x 312 / 400 = 780.
+    With both feasible: H100 100 x 1412 // 1412 = 100, A100 100 x 780 // 1412 = 55.
+    """
+
+    NAME = "PowerEfficiency"
+
+    def score(self, state: CycleState, nodes: np.ndarray) -> np.ndarray:
+        return state.snapshot.milli_tflops_per_w.take(nodes)
+
+    def normalize(self, state: CycleState, raw: np.ndarray) -> np.ndarray:
+        top = int(raw.max()) if len(raw) else 0
+        if top <= 0:
+            return np.zeros_like(raw)
+        return raw * 100 // top

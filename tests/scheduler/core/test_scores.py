@@ -1,0 +1,168 @@
+"""Score plugins, one table per plugin, with the arithmetic written out."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scheduler.core import ClusterSnapshot, PartitionKind, Priority, SharingMode
+from scheduler.core.plugins import (
+    BestFit,
+    FragmentationGradient,
+    LeastUtilized,
+    PartitionCompat,
+    PowerEfficiency,
+    PriorityPower,
+    WorkloadAffinity,
+)
+from scheduler.core.plugins.fragmentation_gradient import TypicalPod, fragmentation
+from tests.scheduler.core.builders import A100, GIB, H100, make_node, occupy, request, scores
+
+
+def test_power_efficiency():
+    snapshot = ClusterSnapshot([make_node("h100", H100), make_node("a100", A100), make_node("l4", "L4")])
+    # raw = 1000 x TFLOPS / W: H100 989000 / 700 = 1412; A100 312000 / 400 = 780; L4 121000 / 72 = 1680.
+    # normalized = 100 x raw // max: H100 141200 // 1680 = 84; A100 78000 // 1680 = 46; L4 100.
+    assert scores(PowerEfficiency(), snapshot, request()) == {
+        "h100": (1412, 84), "a100": (780, 46), "l4": (1680, 100),
+    }
+    # Normalized over the feasible nodes only: without the L4, H100 is the max.
+    # A100: 78000 // 1412 = 55.
+    assert scores(PowerEfficiency(), snapshot, request(), ["h100", "a100"]) == {"h100": (1412, 100), "a100": (780, 55)}
+
+
+def test_workload_affinity():
+    snapshot = ClusterSnapshot([
+        make_node("a100", A100), make_node("a100-80", "A100-SXM4-80GB"), make_node("h100", H100),
+        make_node("l4", "L4"), make_node("h200", "H200-SXM-141GB"),
+    ])
+    # 8 GiB is medium: prefers A100 (312 TFLOPS). Same family: 100. Others 50 x min // max:
+    # H100 50 x 312 // 989 = 15; L4 50 x 121 // 312 = 19; H200 (989) 15.
+    assert {name: raw for name, (raw, _) in scores(WorkloadAffinity(), snapshot, request(8)).items()} == {
+        "a100": 100, "a100-80": 100, "h100": 15, "l4": 19, "h200": 15,
+    }
+    # 40 GiB is large: prefers H100 (989). A100: 50 x 312 // 989 = 15; H200 50 x 989 // 989 = 50.
+    large = scores(WorkloadAffinity(), snapshot, request(40))
+    assert (large["h100"], large["a100"], large["h200"]) == ((100, 100), (15, 15), (50, 50))
+
+
+def test_least_utilized():
+    both_60 = make_node("both-60", util=60.0)
+    mixed = make_node("mixed")
+    mixed.gpus[0].utilization_pct, mixed.gpus[1].utilization_pct = 60.0, 40.0
+    allocated = make_node("allocated", mode=SharingMode.MPS_WEIGHTED, replicas=4)
+    allocated.gpus[0].utilization_pct = 40.0  # GPU 1 has no sample but holds a 50 % share
+    occupy(allocated, 1, 500, 8 * GIB, "team/new")
+    snapshot = ClusterSnapshot([both_60, mixed, allocated, make_node("idle")])
+    # load = mean over GPUs of max(utilization %, allocated %); score = floor(100 - load).
+    assert scores(LeastUtilized(), snapshot, request()) == {
+        "both-60": (40, 40),  # (60 + 60) / 2 = 60
+        "mixed": (50, 50),  # (60 + 40) / 2 = 50
+        "allocated": (55, 55),  # (max(40, 0) + max(0, 50)) / 2 = 45
+        "idle": (100, 100),  # no samples, nothing allocated
+    }
+
+
+@pytest.mark.parametrize(
+    ("priority", "h100", "a100"),
+    [
+        # HIGH: TFLOPS, 100 x raw // max: A100 31200 // 989 = 31.
+        (Priority.HIGH, (989, 100), (312, 31)),
+        # LOW: TDP, 100 x min // raw: H100 40000 // 700 = 57.
+        (Priority.LOW, (700, 57), (400, 100)),
+        (Priority.MEDIUM, (50, 50), (50, 50)),
+    ],
+)
+def test_priority_power(priority, h100, a100):
+    snapshot = ClusterSnapshot([make_node("h100", H100), make_node("a100", A100)])
+    assert scores(PriorityPower(), snapshot, request(priority=priority)) == {"h100": h100, "a100": a100}
+
+
+def _compat_nodes() -> ClusterSnapshot:
+    return ClusterSnapshot([
+        make_node("exclusive"),
+        make_node("mig", mode=SharingMode.MIG, mig={"4g.20gb": 1, "2g.10gb": 1, "1g.5gb": 1}),
+        make_node("mps-2", mode=SharingMode.MPS, replicas=2),
+        make_node("mps-4", mode=SharingMode.MPS, replicas=4),
+        make_node("weighted", mode=SharingMode.MPS_WEIGHTED, replicas=4),
+        make_node("slice-2", mode=SharingMode.TIMESLICE, replicas=2),
+    ])
+
+
+def test_partition_compat_for_a_50_percent_request():
+    result = scores(PartitionCompat(), _compat_nodes(), request(8), ["exclusive", "mig", "mps-2", "weighted", "slice-2"])
+    # 100 x 500 // unit share: whole 1000 -> 50; 4g.20gb 571 -> 87; slot 500 -> 100; weighted
+    # share = the request -> 100; a time-slice slot of 500 -> 100, halved (no isolation) -> 50.
+    assert {name: raw for name, (raw, _) in result.items()} == {
+        "exclusive": 50, "mig": 87, "mps-2": 100, "weighted": 100, "slice-2": 50,
+    }
+
+
+def test_partition_compat_for_a_25_percent_request():
+    result = scores(PartitionCompat(), _compat_nodes(), request(2))
+    # 100 x 250 // unit: whole 1000 -> 25; smallest fitting MIG 2g.10gb 285 -> 87 (1g.5gb has
+    # 142 < 250); R=2 slot 500 -> 50; R=4 slot 250 -> 100; weighted 100; slice R=2 50 // 2 = 25.
+    assert {name: raw for name, (raw, _) in result.items()} == {
+        "exclusive": 25, "mig": 87, "mps-2": 50, "mps-4": 100, "weighted": 100, "slice-2": 25,
+    }
+
+
+def test_best_fit():
+    nodes = []
+    for name, busy in (("one-free", 7), ("four-free", 4), ("all-free", 0)):
+        node = make_node(name, H100, gpus=8)
+        for gpu in range(busy):
+            occupy(node, gpu, 1000, 81559, f"team/{gpu}", PartitionKind.EXCLUSIVE)
+        nodes.append(node)
+    snapshot = ClusterSnapshot(nodes)
+    # C = 8000; L = free - 1000: 0 -> 100 x 8000 // 8000 = 100; 3000 -> 100 x 5000 // 8000 = 62;
+    # 7000 -> 100 x 1000 // 8000 = 12.
+    assert scores(BestFit(), snapshot, request(40)) == {
+        "one-free": (100, 100), "four-free": (62, 62), "all-free": (12, 12),
+    }
+
+
+def _weighted(name: str, held: list[int]) -> object:
+    node = make_node(name, mode=SharingMode.MPS_WEIGHTED, replicas=4, gpus=len(held))
+    for gpu, share in enumerate(held):
+        if share:
+            occupy(node, gpu, share, GIB, f"team/{name}-{gpu}")
+    return node
+
+
+def test_fragmentation_gradient():
+    snapshot = ClusterSnapshot([
+        _weighted("two-gpus", [800, 0]),  # GPU 0: 200 free, GPU 1: 1000 free
+        _weighted("tight", [700]),  # 300 free
+        _weighted("fills-a-hole", [900, 0]),  # GPU 0: 100 free
+    ])
+    plugin = FragmentationGradient(typical_pods=[{"share_milli": 250, "gpu_count": 1, "weight": 1}])
+    quarter = scores(plugin, snapshot, request(1, share_milli=250), ["two-gpus", "tight"])
+    # two-gpus: the 250 goes to GPU 1 (GPU 0 cannot take it). F_before = 200 (GPU 0 cannot host
+    # a 250 pod), F_after = 200 -> raw 0 -> floor(100 x sigmoid(0)) = 50.
+    # tight: F_before = 0 (its GPU hosts 250); after, 50 is left, which hosts nothing, and the
+    # node then runs no typical pod: F_after = 50 -> raw -50 -> floor(100 x sigmoid(-0.05)) = 48.
+    assert quarter == {"two-gpus": (0, 50), "tight": (-50, 48)}
+    # A 100 milli pod on fills-a-hole takes GPU 0 (least free share that covers it):
+    # F_before = 100, F_after = 0 -> raw 100 -> floor(100 x sigmoid(0.1)) = 52.
+    assert scores(plugin, snapshot, request(1, share_milli=100), ["fills-a-hole"]) == {"fills-a-hole": (100, 52)}
+
+
+def test_fragmentation_counts_capacity_a_class_cannot_use():
+    free = np.array([[1000, 1000, 500, 0, 0, 0, 0, 0]])
+    max_unit = free.copy()
+    whole = np.array([[True, True, False, False, False, False, False, False]])
+    # Results are milli-GPU x weight thousandths (weight 1000 = the only class).
+    # Whole-GPU pods, 2 per pod: the node runs them; only the 500 of the shared GPU is fragment.
+    assert fragmentation(free, max_unit, whole, [TypicalPod(1000, 2, 1000)]).tolist() == [500_000.0]
+    # 3 whole GPUs per pod: the node cannot run it, all 2500 free is fragment.
+    assert fragmentation(free, max_unit, whole, [TypicalPod(1000, 3, 1000)]).tolist() == [2_500_000.0]
+    # 600 milli pods: GPUs with 1000 host them; the 500 GPU cannot -> 500; mixed 50/50 ->
+    # 500 x 500 + 2500 x 500 = 1,500,000 (1500 milli-GPU).
+    assert fragmentation(free, max_unit, whole, [TypicalPod(600, 1, 1000)]).tolist() == [500_000.0]
+    pods = [TypicalPod(600, 1, 500), TypicalPod(1000, 3, 500)]
+    assert fragmentation(free, max_unit, whole, pods).tolist() == [1_500_000.0]
+
+
+def test_fragmentation_gradient_rejects_empty_typical_pods():
+    with pytest.raises(ValueError):
+        FragmentationGradient(typical_pods=[])
