@@ -115,6 +115,9 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
+        # `Authorization: Bearer <agent key>`: recognised everywhere so that an agent key is refused
+        # with 403 (it holds no role) instead of being ignored; only telemetry accepts it.
+        "nodes.authentication.NodeAgentTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["gpuplane.roles.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": [
@@ -206,6 +209,23 @@ IDLE_UTILIZATION_PCT = env_int("GPUPLANE_IDLE_UTILIZATION_PCT", 30, minimum=0)
 IDLE_MEMORY_PCT = env_int("GPUPLANE_IDLE_MEMORY_PCT", 50, minimum=0)
 # Bearer token Prometheus must send to GET /metrics; empty = /metrics is open (gpuplane/observability.py).
 GPUPLANE_METRICS_TOKEN = env_str("GPUPLANE_METRICS_TOKEN", "")
+
+# --- Placement (DESIGN.md section 3; scheduler/services.py) ---------------------------------
+# The scheduling profile deploys use: "balanced" (the seed's weights) or "packing", or one of
+# SCHEDULER_PROFILES, which adds or overrides profiles as data (scheduler/core/profiles.py shape).
+GPUPLANE_SCHEDULER_PROFILE = env_str("GPUPLANE_SCHEDULER_PROFILE", "balanced")
+SCHEDULER_PROFILES: dict[str, dict] = {}
+# Classification thresholds over the defaults (ClassificationSettings.from_dict keys, MiB and ms),
+# e.g. {"tiny_below_mib": 4096, "large_above_mib": 16384, "latency_override_ms": 100}.
+SCHEDULER_CLASSIFICATION: dict = {}
+# A stored decision keeps this many best-scored nodes (plus counts of rejected nodes per reason).
+DECISION_MATRIX_TOP_K = env_int("GPUPLANE_DECISION_MATRIX_TOP_K", 50, minimum=1)
+DEPLOYMENT_MAX_REPLICAS = env_int("GPUPLANE_DEPLOYMENT_MAX_REPLICAS", 32, minimum=1)
+# A deployment whose workloads are not all ready this long after creation is failed and released.
+DEPLOYMENT_WATCH_TIMEOUT_S = env_int("GPUPLANE_DEPLOYMENT_WATCH_TIMEOUT_S", 600, minimum=10)
+DEPLOYMENT_WATCH_INTERVAL_S = env_int("GPUPLANE_DEPLOYMENT_WATCH_INTERVAL_S", 5, minimum=1)
+# Container image of the workloads gpuplane creates; it reads the model name from MODEL_NAME.
+GPUPLANE_WORKLOAD_IMAGE = env_str("GPUPLANE_WORKLOAD_IMAGE", "vllm/vllm-openai:latest")
 
 CELERY_BEAT_SCHEDULE = {
     "sync-inventory": {

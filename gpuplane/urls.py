@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import obtain_auth_token
 
+from gpuplane.observability import MetricsView
 from gpuplane.views import OverviewView
 
 urlpatterns = [
@@ -19,6 +20,10 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/auth/token/", obtain_auth_token, name="api-token"),
     path("api/v1/", include("nodes.api.urls")),
+    path("api/v1/", include("scheduler.api.urls")),
+    # Prometheus scrapes this; open unless GPUPLANE_METRICS_TOKEN is set (gpuplane/observability.py).
+    path("metrics", MetricsView.as_view(), name="metrics"),
+    path("deployments/", include("scheduler.urls")),
     path("", OverviewView.as_view(), name="overview"),
     path("", include("nodes.urls")),
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.db.models import Avg, Count, Q
 from django.http import HttpRequest, HttpResponse
@@ -13,6 +14,7 @@ from django.views.generic import TemplateView
 from gpuplane.roles import VIEWER, has_role
 from nodes.choices import SharingMode
 from nodes.models import GPU, Node, Partition
+from nodes.summaries import cluster_heatmap
 
 
 class RoleRequiredMixin(LoginRequiredMixin):
@@ -47,7 +49,8 @@ def _rows(pairs: list[tuple[str, int]]) -> list[CountRow]:
 
 
 class OverviewView(RoleRequiredMixin, TemplateView):
-    """`/`: cluster summary cards (nodes, GPUs by model and by sharing mode, partitions)."""
+    """`/`: cluster summary cards (nodes, GPUs by model and by sharing mode, partitions) and the
+    utilization heatmap (nodes x GPUs)."""
 
     template_name = "nodes/overview.html"
 
@@ -83,5 +86,8 @@ class OverviewView(RoleRequiredMixin, TemplateView):
                 [(mode_labels.get(row["node__sharing_mode"], row["node__sharing_mode"]), row["n"]) for row in by_mode]
             ),
             partitions=partitions,
+            # Drawn by static/js/charts.js, which refreshes it from /api/v1/heatmap/.
+            heatmap=cluster_heatmap(),
+            telemetry_interval_s=settings.TELEMETRY_POLL_INTERVAL_S,
         )
         return context

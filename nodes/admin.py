@@ -1,6 +1,10 @@
-from django.contrib import admin
+from typing import Any
 
-from nodes.models import GPU, Node, Partition
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from nodes.models import GPU, GPUSample, GPUSampleRollup, Node, NodeAgentToken, Partition
 
 
 class GPUInline(admin.TabularInline):
@@ -42,3 +46,63 @@ class PartitionAdmin(admin.ModelAdmin):
     search_fields = ("gpu__uuid", "gpu__node__name", "pod")
     list_select_related = ("gpu__node",)
     raw_id_fields = ("placement",)
+
+
+# --- telemetry ----------------------------------------------------------------------------------
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written by the telemetry pipeline only; the admin may look, not edit."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(GPUSample)
+class GPUSampleAdmin(ReadOnlyAdmin):
+    list_display = ("gpu", "ts", "utilization_pct", "memory_used_mib", "power_w", "temperature_c", "source")
+    list_filter = ("source",)
+    search_fields = ("gpu__uuid", "gpu__node__name")
+    list_select_related = ("gpu__node",)
+    ordering = ("-ts",)
+    # Millions of rows: counting them all for every page would be the slowest part of the page.
+    show_full_result_count = False
+
+
+@admin.register(GPUSampleRollup)
+class GPUSampleRollupAdmin(ReadOnlyAdmin):
+    list_display = (
+        "gpu", "bucket_start", "bucket_s", "samples", "utilization_pct_avg", "utilization_pct_max", "power_w_avg",
+        "temperature_c_max",
+    )
+    search_fields = ("gpu__uuid", "gpu__node__name")
+    list_select_related = ("gpu__node",)
+    ordering = ("-bucket_start",)
+    show_full_result_count = False
+
+
+@admin.register(NodeAgentToken)
+class NodeAgentTokenAdmin(admin.ModelAdmin):
+    """Tokens are created with `manage.py create_agent_token NODE` (the key is shown once there)."""
+
+    list_display = ("prefix", "node", "created_at", "last_used_at", "revoked")
+    list_filter = ("revoked",)
+    search_fields = ("prefix", "node__name")
+    list_select_related = ("node",)
+    fields = ("node", "prefix", "key_digest", "created_at", "last_used_at", "revoked")
+    readonly_fields = ("node", "prefix", "key_digest", "created_at", "last_used_at")
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[NodeAgentToken]) -> None:
+        count = queryset.filter(revoked=False).update(revoked=True)
+        self.message_user(request, f"Revoked {count} agent token(s).")

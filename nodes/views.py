@@ -1,4 +1,5 @@
-"""Server-rendered inventory pages: the node list and a node's detail with its MIG slot diagram.
+"""Server-rendered inventory pages: the node list, a node's detail with its MIG slot diagram and
+telemetry charts, and one GPU's page.
 
 Views only read; presentation values (labels, formatted quantities, MIG grid positions) are
 computed here in small pure functions so that templates stay free of arithmetic.
@@ -9,15 +10,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.db.models import Avg, Count, IntegerField, OuterRef, Prefetch, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
-from django.views.generic import DetailView, ListView
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.views.generic import DetailView, ListView, TemplateView
 
 from gpuplane.views import RoleRequiredMixin
+from nodes.api.series import DEFAULT_RANGE, RANGES
 from nodes.catalog import MIG_MEMORY_SLICES
 from nodes.choices import SharingMode
 from nodes.filtersets import NodeFilterSet
 from nodes.models import GPU, SHARE_MILLI_FULL, Node, Partition
+from nodes.summaries import memory_used_pct
 
 # Modes where the node advertises R replicas per GPU, so R belongs in the label.
 _REPLICATED_MODES: frozenset[str] = frozenset({SharingMode.MPS, SharingMode.MPS_WEIGHTED, SharingMode.TIMESLICE})
@@ -227,6 +234,22 @@ def node_list_queryset() -> QuerySet[Node]:
     ).order_by("name")
 
 
+def telemetry_context(request: HttpRequest, series_url: str, *, has_samples: bool) -> dict[str, Any]:
+    """What the Telemetry section (templates/nodes/_telemetry.html) needs: where static/js/charts.js
+    fetches the series, the range picker's choices and the one selected (`?range=`, so a reload
+    keeps it; an unknown value falls back to the default), and whether any GPU has reported yet
+    (the empty state is rendered by the server, then kept up to date by the script)."""
+    selected = request.GET.get("range", DEFAULT_RANGE)
+    return {
+        "series_url": series_url,
+        "telemetry_ranges": list(RANGES),
+        "telemetry_range": selected if selected in RANGES else DEFAULT_RANGE,
+        "telemetry_has_samples": has_samples,
+        # Charts refresh as often as samples arrive: faster would fetch the same points again.
+        "telemetry_interval_s": settings.TELEMETRY_POLL_INTERVAL_S,
+    }
+
+
 class ListDropdown(forms.Select):
     """A drop-down for a multi-value filter field: one pick on the page, a list for the form.
 
@@ -311,5 +334,41 @@ class NodeDetailView(RoleRequiredMixin, DetailView):
             partitions_used_n=sum(1 for p in partitions if p.occupant is not None),
             config_pending=bool(node.desired_config) and node.desired_config != node.applied_config,
             memory_allocatable=format_mib(node.memory_allocatable_mib) if node.memory_allocatable_mib else "—",
+            **telemetry_context(
+                self.request,
+                reverse("nodes-api:node-series", args=[node.name]),
+                has_samples=any(row.gpu.sampled_at is not None for row in rows),
+            ),
+        )
+        return context
+
+
+class GPUDetailView(RoleRequiredMixin, TemplateView):
+    """`/nodes/<name>/gpus/<index>/`: one GPU's latest telemetry, its charts, allocation and partitions."""
+
+    template_name = "nodes/gpu_detail.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        partitions = Partition.objects.select_related("placement__deployment").order_by("slot")
+        gpu = get_object_or_404(
+            GPU.objects.select_related("node").prefetch_related(Prefetch("partitions", partitions)),
+            node__name=self.kwargs["name"],
+            index=self.kwargs["index"],
+        )
+        row = gpu_row(gpu)
+        context.update(
+            node=gpu.node,
+            gpu=gpu,
+            row=row,
+            sibling_indexes=list(GPU.objects.filter(node=gpu.node_id).order_by("index").values_list("index", flat=True)),
+            sharing_label=sharing_label(gpu.node.sharing_mode, gpu.node.sharing_replicas),
+            memory_used=format_mib(gpu.memory_used_mib),
+            memory_used_pct=memory_used_pct(gpu),
+            partitions_used_n=sum(1 for p in row.partitions if p.occupant is not None),
+            telemetry_gpu_index=gpu.index,
+            **telemetry_context(
+                self.request, reverse("nodes-api:gpu-series", args=[gpu.uuid]), has_samples=gpu.sampled_at is not None
+            ),
         )
         return context

@@ -1,12 +1,12 @@
 from django.contrib import admin
 
-from scheduler.models import Deployment, Placement
+from scheduler.models import Decision, Deployment, Placement
 
 
 class PlacementInline(admin.TabularInline):
     model = Placement
     extra = 0
-    fields = ("replica_index", "node", "status", "workload_name")
+    fields = ("replica_index", "node", "status", "workload_name", "sharing", "gpu_indexes", "share_milli", "mig_profile")
     raw_id_fields = ("node",)
 
 
@@ -23,3 +23,21 @@ class PlacementAdmin(admin.ModelAdmin):
     list_display = ("__str__", "node", "status", "workload_name", "created_at")
     list_filter = ("status",)
     raw_id_fields = ("deployment", "node")
+
+
+@admin.register(Decision)
+class DecisionAdmin(admin.ModelAdmin):
+    """Stored decision matrices, read-only: they record what the engine saw and chose."""
+
+    list_display = ("__str__", "node", "profile", "duration_ms", "created_at")
+    list_filter = ("outcome", "profile")
+    search_fields = ("deployment__name", "deployment__namespace", "message")
+    raw_id_fields = ("deployment", "node")
+    readonly_fields = ("deployment", "replica_index", "outcome", "node", "profile", "weights", "matrix", "message",
+                       "duration_ms", "created_at")
+
+    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+        return False

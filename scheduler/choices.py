@@ -38,3 +38,12 @@ class PlacementStatus(models.TextChoices):
     RUNNING = "running", "Running"
     FAILED = "failed", "Failed"
     RELEASED = "released", "Released"
+
+
+class DecisionOutcome(models.TextChoices):
+    """What one replica's placement decision came to (scheduler.models.Decision.outcome)."""
+
+    PLACED = "placed", "Placed by gpuplane"
+    UNSCHEDULABLE = "unschedulable", "Unschedulable"
+    DEFAULT_SCHEDULER = "default-scheduler", "Handed to the default scheduler"
+    SKIPPED = "skipped", "GPU selection skipped"

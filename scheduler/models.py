@@ -1,11 +1,25 @@
-"""What runs where: deploy requests and their placements (filled in by the placement engine)."""
+"""What runs where: deploy requests, their placements and the decisions behind them.
+
+A Deployment is one deploy request and its life (pending -> placed -> running, or failed /
+deleted). Each replica gets one Placement (the node, GPUs and share it was given, kept after
+release so the history stays readable) and one Decision (the stored decision matrix). The
+partitions a placement holds point at it (``nodes.Partition.placement``); the services in
+``scheduler.services`` are the only writers.
+"""
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from scheduler.choices import DeploymentStatus, PlacementStatus, Priority, SharingRequest, WorkloadType
+from scheduler.choices import (
+    DecisionOutcome,
+    DeploymentStatus,
+    PlacementStatus,
+    Priority,
+    SharingRequest,
+    WorkloadType,
+)
 
 
 class Deployment(models.Model):
@@ -22,9 +36,11 @@ class Deployment(models.Model):
     sharing = models.CharField(max_length=16, choices=SharingRequest.choices, default=SharingRequest.AUTO)
     enable_gpu_selection = models.BooleanField(default=True)
     status = models.CharField(max_length=16, choices=DeploymentStatus.choices, default=DeploymentStatus.PENDING)
+    message = models.TextField(blank=True, help_text="Why the deployment failed, or the latest status change")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    placed_at = models.DateTimeField(null=True, blank=True, help_text="When its workloads were created on the cluster")
 
     class Meta:
         ordering = ["-created_at"]
@@ -38,13 +54,25 @@ class Deployment(models.Model):
 
 
 class Placement(models.Model):
-    """One replica of a Deployment bound to a node; its partitions say which GPUs and slices."""
+    """One replica of a Deployment bound to a node; its partitions say which GPUs and slices.
+
+    ``node`` is None for a replica handed to the default Kubernetes scheduler (no node affinity,
+    nothing reserved by gpuplane). The fields from ``sharing`` on record what the replica was
+    given, and stay after its partitions are released.
+    """
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="placements")
-    node = models.ForeignKey("nodes.Node", on_delete=models.PROTECT, related_name="placements")
+    node = models.ForeignKey("nodes.Node", null=True, blank=True, on_delete=models.PROTECT, related_name="placements")
     replica_index = models.PositiveSmallIntegerField(default=0)
     status = models.CharField(max_length=16, choices=PlacementStatus.choices, default=PlacementStatus.RESERVED)
     workload_name = models.CharField(max_length=253, blank=True, help_text="Kubernetes workload created for it")
+    sharing = models.CharField(max_length=16, blank=True, help_text="Partition kind given; empty when not placed by gpuplane")
+    gpu_indexes = models.JSONField(default=list, blank=True, help_text="Indexes of the GPUs on the node")
+    share_milli = models.PositiveIntegerField(default=0, help_text="Compute share per GPU, in thousandths")
+    memory_mib = models.PositiveIntegerField(default=0, help_text="GPU memory charged per GPU")
+    mig_profile = models.CharField(max_length=32, blank=True)
+    resources = models.JSONField(default=dict, blank=True, help_text="Extended-resource limits of its pod")
+    env = models.JSONField(default=dict, blank=True, help_text="Environment of its pod (MPS limits)")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -55,3 +83,29 @@ class Placement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment} #{self.replica_index} on {self.node}"
+
+
+class Decision(models.Model):
+    """The decision matrix of one replica: ``matrix`` is the core's ``Decision.to_dict()``.
+
+    Bounded on large clusters (the profile's top_k scored nodes, a few rejected examples and a
+    count per rejection reason). ``node`` is the chosen node, None when nothing was chosen.
+    """
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="decisions")
+    replica_index = models.PositiveSmallIntegerField(default=0)
+    outcome = models.CharField(max_length=20, choices=DecisionOutcome.choices)
+    node = models.ForeignKey("nodes.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="decisions")
+    profile = models.CharField(max_length=64)
+    weights = models.JSONField(default=dict, blank=True)
+    matrix = models.JSONField(default=dict, blank=True)
+    message = models.TextField(blank=True)
+    duration_ms = models.FloatField(default=0.0, help_text="Time the placement engine took for this replica")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["deployment_id", "replica_index", "created_at"]
+        indexes = [models.Index(fields=["deployment", "replica_index"], name="decision_deployment_replica")]
+
+    def __str__(self) -> str:
+        return f"{self.deployment} #{self.replica_index}: {self.outcome}"

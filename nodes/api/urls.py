@@ -1,7 +1,8 @@
 """`/api/v1/` routes for the inventory, under the `nodes-api` namespace."""
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from nodes.api import views
+from nodes.api import series, telemetry, views
 
 app_name = "nodes-api"
 
@@ -12,4 +13,11 @@ router.include_format_suffixes = False
 router.register("nodes", views.NodeViewSet)
 router.register("gpus", views.GPUViewSet)
 router.register("partitions", views.PartitionViewSet)
-urlpatterns = router.urls
+urlpatterns = router.urls + [
+    # Chart data (nodes/api/series.py); the router's detail routes stop at `<lookup>/`, so no clash.
+    path("gpus/<str:uuid>/series/", series.GPUSeriesView.as_view(), name="gpu-series"),
+    path("nodes/<str:name>/series/", series.NodeSeriesView.as_view(), name="node-series"),
+    path("heatmap/", series.HeatmapView.as_view(), name="heatmap"),
+    # Node agents push GPU samples here (nodes/api/telemetry.py).
+    path("telemetry/", telemetry.TelemetryView.as_view(), name="telemetry"),
+]

@@ -22,6 +22,7 @@ import errno
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +30,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import IO, Any, Callable
 
@@ -324,6 +326,21 @@ class Supervisor:
         self.say("all processes stopped")
 
 
+def _prepare_metrics_dir() -> None:
+    """Give web and worker processes one prometheus_client multiprocess directory.
+
+    gunicorn runs several workers; without a shared directory /metrics would show only what the
+    worker answering the scrape recorded (e.g. its own placement decisions). The directory must be
+    empty at start, or counters of a previous run would be added in.
+    """
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return
+    metrics_dir = Path(settings.VAR_DIR) / "prometheus-multiproc"
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+
+
 class Command(BaseCommand):
     help = "Run gpuplane's web server, Celery worker and Celery beat in the foreground; Ctrl-C stops all three."
 
@@ -343,6 +360,7 @@ class Command(BaseCommand):
                 f"{bind_address(host, port)} is already in use (is gpuplane already running?); "
                 f"pick another port, e.g. `make run PORT={port + 1}`"
             )
+        _prepare_metrics_dir()
         specs = process_specs(
             host,
             port,

@@ -1,0 +1,308 @@
+"""Telemetry ingest benchmark: samples stored per second through the real API, CPU per 30-s interval.
+
+    python bench/ingest.py --gpus 10000 --json                 # one JSON object
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/test python bench/ingest.py --gpus 10000 --intervals 5
+
+What it does, end to end in one process:
+
+1. Creates a throw-away database next to the configured one with Django's test-database
+   utilities (`gpuplane_bench_ingest_<pid>` on PostgreSQL, a temporary file on SQLite), migrates
+   it, and destroys it at the end. The configured (development) database is never touched.
+2. Creates `--gpus` GPUs on ceil(gpus / 8) nodes and one agent token per node.
+3. Posts `--intervals` intervals (plus one warm-up interval, not measured): in each, every node
+   posts one batch of its 8 GPUs' samples to `POST /api/v1/telemetry/` with its agent token
+   (`Authorization: Bearer`), as the node agent does every 30 s, through Django's test client and
+   the whole stack: middleware, DRF authentication and permissions, the serializer, and
+   nodes.telemetry.ingest_samples on the database.
+4. Measures per interval the wall time and the CPU time of this process (`time.process_time`),
+   which holds both sides, the client and the server, so the CPU figure is an upper bound of the
+   server's; and, on PostgreSQL when /proc allows it, the CPU time of the database backend
+   process serving the connection (a separate process, reported separately).
+5. Then stores as many intervals again straight through nodes.telemetry.ingest_samples in
+   batches of TELEMETRY_MAX_BATCH, the way poll_metrics_task stores what a collector read
+   (reported under "service").
+
+The test client keeps one database connection for the whole run, as a server with persistent
+connections (DATABASE_CONN_MAX_AGE > 0) does; DEBUG is switched off so queries are not logged.
+Figures are medians over the measured intervals; batch latencies are over every measured batch.
+The requirement (DESIGN.md section 12): 10,000 GPUs every 30 s need well under one core, i.e.
+`cpu_seconds_per_interval` well under 30.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplane.settings")
+
+GPUS_PER_NODE = 8
+INTERVAL_S = 30
+URL = "/api/v1/telemetry/"
+Inventory = list[tuple[str, str, list[str]]]  # (node name, agent key, GPU UUIDs)
+
+
+def _percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile of a non-empty list."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
+
+
+class BackendCPU:
+    """CPU seconds used so far by the PostgreSQL backend serving `connection`; None when unreadable."""
+
+    def __init__(self, connection: Any) -> None:
+        self.stat_path: Path | None = None
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                pid = cursor.fetchone()[0]
+            path = Path(f"/proc/{pid}/stat")
+            if path.exists():  # same machine, and /proc shows other users' processes
+                self.stat_path = path
+        self.ticks_per_s = os.sysconf("SC_CLK_TCK")
+
+    def seconds(self) -> float | None:
+        if self.stat_path is None:
+            return None
+        # Fields after the ")" that ends the command name: utime and stime are the 12th and 13th.
+        fields = self.stat_path.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self.ticks_per_s
+
+
+def _build_inventory(gpus: int) -> Inventory:
+    """Nodes of 8 GPUs (the last may have fewer) and an agent token each: [(node, key, gpu uuids)]."""
+    from nodes.authentication import digest_key
+    from nodes.models import GPU, Node, NodeAgentToken
+
+    node_count = math.ceil(gpus / GPUS_PER_NODE)
+    nodes = Node.objects.bulk_create(
+        Node(
+            name=f"bench-node-{i:05d}",
+            gpu_model="H100-SXM5-80GB",
+            gpu_count=min(GPUS_PER_NODE, gpus - i * GPUS_PER_NODE),
+        )
+        for i in range(node_count)
+    )
+    rows = [
+        GPU(node=node, index=index, uuid=f"GPU-bench-{n:05d}-{index}", model="H100-SXM5-80GB", memory_mib=81920)
+        for n, node in enumerate(nodes)
+        for index in range(node.gpu_count)
+    ]
+    GPU.objects.bulk_create(rows, batch_size=2000)
+    keys = [f"bench-agent-key-{n:05d}-{random.Random(n).getrandbits(64):016x}" for n in range(node_count)]
+    NodeAgentToken.objects.bulk_create(
+        NodeAgentToken(node=node, key_digest=digest_key(key), prefix=key[:8])
+        for node, key in zip(nodes, keys, strict=True)
+    )
+    by_node: dict[str, list[str]] = {node.name: [] for node in nodes}
+    for gpu in rows:
+        by_node[gpu.node.name].append(gpu.uuid)
+    return [(node.name, key, by_node[node.name]) for node, key in zip(nodes, keys, strict=True)]
+
+
+def _post_interval(client: Any, inventory: Inventory, ts: datetime, rng: random.Random) -> list[float]:
+    """Every node posts its batch for `ts`; returns each batch's latency in seconds."""
+    stamp = ts.isoformat()
+    latencies = []
+    for node, key, uuids in inventory:
+        body = {
+            "node": node,
+            "samples": [
+                {
+                    "gpu_uuid": uuid,
+                    "ts": stamp,
+                    "utilization_pct": round(rng.uniform(0, 100), 1),
+                    "memory_used_mib": rng.randrange(0, 81920),
+                    "memory_total_mib": 81920,
+                    "power_w": round(rng.uniform(60, 700), 1),
+                    "temperature_c": round(rng.uniform(30, 85), 1),
+                    "sm_clock_mhz": 1980,
+                }
+                for uuid in uuids
+            ],
+        }
+        started = time.perf_counter()
+        response = client.post(URL, body, format="json", HTTP_AUTHORIZATION=f"Bearer {key}")
+        latencies.append(time.perf_counter() - started)
+        if response.status_code != 201 or response.json()["stored"] != len(uuids):
+            raise RuntimeError(f"{node}: HTTP {response.status_code} {response.content[:500]!r}")
+    return latencies
+
+
+def _ingest_interval(inventory: Inventory, ts: datetime, rng: random.Random) -> list[float]:
+    """The same samples straight into nodes.telemetry.ingest_samples, as poll_metrics_task stores them."""
+    from django.conf import settings
+
+    from nodes.telemetry import SampleIn, ingest_samples
+
+    samples = [
+        SampleIn(
+            gpu_uuid=uuid,
+            ts=ts,
+            utilization_pct=round(rng.uniform(0, 100), 1),
+            memory_used_mib=rng.randrange(0, 81920),
+            memory_total_mib=81920,
+            power_w=round(rng.uniform(60, 700), 1),
+            temperature_c=round(rng.uniform(30, 85), 1),
+            sm_clock_mhz=1980,
+        )
+        for _, _, uuids in inventory
+        for uuid in uuids
+    ]
+    batch = settings.TELEMETRY_MAX_BATCH
+    latencies = []
+    for start in range(0, len(samples), batch):
+        started = time.perf_counter()
+        result = ingest_samples(samples[start : start + batch], source="simulated")
+        latencies.append(time.perf_counter() - started)
+        if result.stored != len(samples[start : start + batch]):
+            raise RuntimeError(f"stored {result.stored} of {batch}")
+    return latencies
+
+
+def run(gpus: int, intervals: int, seed: int = 42) -> dict[str, Any]:
+    """Run the benchmark on a throw-away database; return the figures (see the module docstring)."""
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.db import connection
+    from rest_framework.test import APIClient
+
+    from nodes.models import GPU, GPUSample
+
+    settings.DEBUG = False  # as in production: no query log
+    service_batch = settings.TELEMETRY_MAX_BATCH
+    test_settings = connection.settings_dict.setdefault("TEST", {})
+    tmp_dir = None
+    if connection.vendor == "sqlite":
+        tmp_dir = tempfile.TemporaryDirectory(prefix="gpuplane-bench-")
+        test_settings["NAME"] = str(Path(tmp_dir.name) / "bench.sqlite3")
+    else:
+        test_settings["NAME"] = f"gpuplane_bench_ingest_{os.getpid()}"
+    old_name = connection.settings_dict["NAME"]
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    try:
+        inventory = _build_inventory(gpus)
+        client = APIClient()
+        rng = random.Random(seed)
+        backend_cpu = BackendCPU(connection)
+        # Slot 0 warms up, slots 1..K go through the API, K+1..2K through the service alone; the
+        # last slot is now, so no sample is refused as being in the future.
+        slots = [
+            datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=INTERVAL_S * (2 * intervals - k))
+            for k in range(2 * intervals + 1)
+        ]
+
+        def measured(post_interval: Any, ts: datetime) -> dict[str, Any]:
+            wall0, cpu0, db0 = time.perf_counter(), time.process_time(), backend_cpu.seconds()
+            latencies = post_interval(ts)
+            wall, cpu, db1 = time.perf_counter() - wall0, time.process_time() - cpu0, backend_cpu.seconds()
+            return {
+                "wall_s": round(wall, 3),
+                "cpu_s": round(cpu, 3),
+                "db_server_cpu_s": None if db0 is None or db1 is None else round(db1 - db0, 3),
+                "samples_per_s": round(gpus / wall),
+                "latencies": latencies,
+            }
+
+        _post_interval(client, inventory, slots[0], rng)  # warm-up
+        api = [measured(lambda ts: _post_interval(client, inventory, ts, rng), ts) for ts in slots[1 : intervals + 1]]
+        service = [measured(lambda ts: _ingest_interval(inventory, ts, rng), ts) for ts in slots[intervals + 1 :]]
+        latencies = [latency for row in api for latency in row.pop("latencies")]
+        for row in service:
+            row.pop("latencies")
+
+        stored = GPUSample.objects.count()
+        expected = gpus * (2 * intervals + 1)
+        if stored != expected:
+            raise RuntimeError(f"stored {stored} samples, expected {expected}")
+        if GPU.objects.exclude(sampled_at=slots[-1]).exists():
+            raise RuntimeError("some GPU rows do not show the last interval's sample")
+        if connection.vendor == "sqlite":
+            database = f"sqlite {connection.Database.sqlite_version}"
+        else:
+            database = f"{connection.vendor} {connection.pg_version}"
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+        if tmp_dir is not None:
+            tmp_dir.cleanup()
+
+    def median(rows: list[dict[str, Any]], key: str) -> float | None:
+        values = [row[key] for row in rows if row[key] is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    cpu_s = median(api, "cpu_s")
+    return {
+        "benchmark": "telemetry-ingest",
+        "gpus": gpus,
+        "nodes": len(inventory),
+        "batch_size": GPUS_PER_NODE,
+        "intervals": intervals,
+        "interval_s": INTERVAL_S,
+        "samples_per_s": round(gpus / median(api, "wall_s")),
+        "wall_seconds_per_interval": median(api, "wall_s"),
+        "cpu_seconds_per_interval": cpu_s,
+        "cpu_share_of_one_core": round(cpu_s / INTERVAL_S, 4),
+        "cpu_measures": "client and server, one process (time.process_time)",
+        "db_server_cpu_seconds_per_interval": median(api, "db_server_cpu_s"),
+        "batch_p50_ms": round(_percentile(latencies, 50) * 1000, 2),
+        "batch_p99_ms": round(_percentile(latencies, 99) * 1000, 2),
+        # The path of poll_metrics_task: ingest_samples() directly, TELEMETRY_MAX_BATCH samples a call.
+        "service": {
+            "batch_size": service_batch,
+            "samples_per_s": round(gpus / median(service, "wall_s")),
+            "wall_seconds_per_interval": median(service, "wall_s"),
+            "cpu_seconds_per_interval": median(service, "cpu_s"),
+            "db_server_cpu_seconds_per_interval": median(service, "db_server_cpu_s"),
+        },
+        "database": database,
+        "stored_samples": stored,
+        "per_interval": api,
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--gpus", type=int, default=10_000, help="GPUs in the synthetic cluster (8 per node)")
+    parser.add_argument("--intervals", type=int, default=5, help="measured 30-s intervals (after one warm-up)")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    args = parser.parse_args(argv)
+    if args.gpus < 1 or args.intervals < 1:
+        parser.error("--gpus and --intervals must be at least 1")
+
+    result = run(args.gpus, args.intervals, args.seed)
+    if args.json:
+        print(json.dumps(result), flush=True)
+        return 0
+    print(f"telemetry ingest, {result['database']}, {result['gpus']:,} GPUs on {result['nodes']:,} nodes, "
+          f"{result['intervals']} intervals of {INTERVAL_S} s, Python {result['python']}, {result['cpus']} CPUs")
+    print(f"  samples/s          {result['samples_per_s']:>10,}")
+    print(f"  wall s / interval  {result['wall_seconds_per_interval']:>10.3f}")
+    print(f"  CPU s / interval   {result['cpu_seconds_per_interval']:>10.3f}  "
+          f"({result['cpu_share_of_one_core']:.1%} of one core; client + server in one process)")
+    if result["db_server_cpu_seconds_per_interval"] is not None:
+        db_cpu_s = result["db_server_cpu_seconds_per_interval"]
+        print(f"  DB CPU s/interval  {db_cpu_s:>10.3f}  (PostgreSQL backend process)")
+    print(f"  batch p50 / p99    {result['batch_p50_ms']:>7.2f} / {result['batch_p99_ms']:.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

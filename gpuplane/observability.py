@@ -1,0 +1,188 @@
+"""`/metrics`: gpuplane's state and its own process metrics in the Prometheus text format.
+
+Two sources are exposed on each scrape:
+
+- Inventory and telemetry gauges, read from the database by InventoryCollector at scrape time
+  (so every web process answers the same, and nothing goes stale between scrapes): GPUs by
+  sharing mode, allocated and idle GPUs, per-GPU utilization / memory / power / temperature and
+  telemetry age, nodes by state.
+- Process metrics registered with prometheus_client's default registry: the placement decision
+  latency histogram below and the gpuplane_* counters that later features declare in this
+  module, plus the client's own python_* / process_* metrics. With several web or worker
+  processes, set PROMETHEUS_MULTIPROC_DIR (prometheus_client's multiprocess mode) to a directory
+  shared by them; the view then sums what every process recorded.
+
+Access: /metrics is open, like most exporters, unless settings.GPUPLANE_METRICS_TOKEN is set;
+then a scrape needs `Authorization: Bearer <token>` (Prometheus: `authorization: {credentials:
+...}` in the scrape config) and anything else gets 401. The endpoint exposes node names and GPU
+UUIDs, so set the token where the network does not already keep scrapers apart.
+"""
+from __future__ import annotations
+
+import hmac
+import os
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.views import View
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from nodes.choices import SharingMode
+from nodes.models import GPU, Node
+from nodes.summaries import summarize_node
+
+# --- Process metrics ---------------------------------------------------------------------------
+# Declared once, here, so that every module observes into the same objects. Later features add
+# their gpuplane_* counters below (e.g. `Counter("gpuplane_placements_total", ..., ["result"])`).
+
+PLACEMENT_DECISION_SECONDS = Histogram(
+    "gpuplane_placement_decision_seconds",
+    "Time the placement engine took to decide where one replica goes (filter, score, choose).",
+    # Sub-millisecond for a handful of nodes, up to a second for very large clusters.
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+)
+
+MIB = 1024 * 1024
+
+# Nodes are counted in exactly one state so that the three series add up to the node count.
+NODE_STATES = ("ready", "cordoned", "notready")
+
+
+def node_state(node: Node) -> str:
+    """"notready" when not Ready (cordoned or not), else "cordoned" when cordoned, else "ready"."""
+    if not node.ready:
+        return "notready"
+    return "cordoned" if node.cordoned else "ready"
+
+
+class InventoryCollector(Collector):
+    """Gauges computed from the database on each scrape, in two queries (nodes, then GPUs).
+
+    Per-GPU telemetry series exist only for figures a collector has reported: a GPU that never
+    reported has no utilization, power, temperature or age sample (absent, not 0), so alerts on
+    `absent()` or staleness work as Prometheus users expect.
+    """
+
+    def collect(self) -> Iterator[Metric]:
+        now = timezone.now()
+        nodes = {node.pk: node for node in Node.objects.all()}
+        gpus = list(
+            GPU.objects.only(
+                "node_id", "index", "uuid", "model", "memory_mib", "allocated_milli", "allocated_memory_mib",
+                "utilization_pct", "memory_used_mib", "power_w", "temperature_c", "sampled_at",
+            ).order_by("node_id", "index")
+        )
+        by_node: dict[int, list[GPU]] = {pk: [] for pk in nodes}
+        for gpu in gpus:
+            by_node[gpu.node_id].append(gpu)
+        summaries = [summarize_node(node, by_node[pk]) for pk, node in nodes.items()]
+
+        by_mode = GaugeMetricFamily("gpuplane_gpus", "GPUs known to gpuplane, by their node's sharing mode.", labels=["sharing_mode"])
+        mode_counts = Tally(nodes[gpu.node_id].sharing_mode for gpu in gpus)
+        # Every mode always has a series (0 included), so dashboards do not show "no data".
+        for mode in [*SharingMode.values, *sorted(set(mode_counts) - set(SharingMode.values))]:
+            by_mode.add_metric([mode], mode_counts.get(mode, 0))
+        yield by_mode
+
+        yield GaugeMetricFamily(
+            "gpuplane_gpus_allocated",
+            "GPUs with any compute share or memory handed out by gpuplane or found in use by a pod.",
+            value=sum(1 for gpu in gpus if gpu.allocated_milli > 0 or gpu.allocated_memory_mib > 0),
+        )
+        yield GaugeMetricFamily(
+            "gpuplane_gpus_idle",
+            f"GPUs idle by seed 004: utilization < {settings.IDLE_UTILIZATION_PCT} % and memory used < "
+            f"{settings.IDLE_MEMORY_PCT} % of total; without telemetry, nothing allocated.",
+            value=sum(summary.idle_gpus for summary in summaries),
+        )
+
+        node_states = GaugeMetricFamily(
+            "gpuplane_nodes", "Nodes by state: notready (whether cordoned or not), cordoned (ready), ready (schedulable).",
+            labels=["state"],
+        )
+        state_counts = Tally(node_state(node) for node in nodes.values())
+        for state in NODE_STATES:
+            node_states.add_metric([state], state_counts.get(state, 0))
+        yield node_states
+
+        yield from self._gpu_gauges(gpus, nodes, now)
+
+    @staticmethod
+    def _gpu_gauges(gpus: Iterable[GPU], nodes: dict[int, Node], now: datetime) -> Iterator[Metric]:
+        gpu_labels = ["node", "gpu", "uuid", "model"]
+        utilization = GaugeMetricFamily("gpuplane_gpu_utilization_percent", "Latest GPU utilization reported.", labels=gpu_labels)
+        memory_used = GaugeMetricFamily("gpuplane_gpu_memory_used_bytes", "Latest GPU memory used reported.", labels=gpu_labels)
+        power = GaugeMetricFamily("gpuplane_gpu_power_watts", "Latest GPU power draw reported.", labels=gpu_labels)
+        temperature = GaugeMetricFamily(
+            "gpuplane_gpu_temperature_celsius", "Latest GPU temperature reported.", labels=gpu_labels
+        )
+        age = GaugeMetricFamily(
+            "gpuplane_telemetry_age_seconds", "Seconds since the GPU's latest telemetry sample was taken.", labels=["node", "gpu"]
+        )
+        for gpu in gpus:
+            node_name = nodes[gpu.node_id].name
+            labels = [node_name, str(gpu.index), gpu.uuid, gpu.model]
+            if gpu.utilization_pct is not None:
+                utilization.add_metric(labels, gpu.utilization_pct)
+            if gpu.memory_used_mib is not None:
+                memory_used.add_metric(labels, gpu.memory_used_mib * MIB)
+            if gpu.power_w is not None:
+                power.add_metric(labels, gpu.power_w)
+            if gpu.temperature_c is not None:
+                temperature.add_metric(labels, gpu.temperature_c)
+            if gpu.sampled_at is not None:
+                # A sample stamped slightly ahead of this clock (agent skew) is 0 s old, not negative.
+                age.add_metric([node_name, str(gpu.index)], max(0.0, (now - gpu.sampled_at).total_seconds()))
+        yield from (utilization, memory_used, power, temperature, age)
+
+
+class _ScrapeSources(Collector):
+    """The process registry and the database collector, read as one registry by the encoders."""
+
+    def __init__(self, *sources: Collector) -> None:
+        self.sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        for source in self.sources:
+            yield from source.collect()
+
+
+def process_registry() -> Collector:
+    """prometheus_client's default registry, or the merged files of every process in multiprocess mode."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+def scrape_authorized(request: HttpRequest) -> bool:
+    """True when no metrics token is configured or the request carries it as a Bearer token."""
+    token: str = settings.GPUPLANE_METRICS_TOKEN
+    if not token:
+        return True
+    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+    # Constant-time comparison: the token must not leak through response timing.
+    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode())
+
+
+class MetricsView(View):
+    """`GET /metrics`: Prometheus text format (or OpenMetrics when the scraper asks for it)."""
+
+    http_method_names = ["get", "head"]
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        if not scrape_authorized(request):
+            response = HttpResponse("A valid metrics token is required.\n", status=401, content_type="text/plain")
+            response["WWW-Authenticate"] = 'Bearer realm="gpuplane metrics"'
+            return response
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        return HttpResponse(encoder(_ScrapeSources(process_registry(), InventoryCollector())), content_type=content_type)

@@ -1,0 +1,154 @@
+"""Node agent tokens: how a node's telemetry agent proves which node it speaks for.
+
+An agent sends `Authorization: Bearer <key>`. (User API tokens keep DRF's `Authorization: Token
+<key>`; the two keywords never collide, so both work side by side on every endpoint.) The key is
+made by `manage.py create_agent_token NODE`, shown once, and stored only as its SHA-256 digest.
+
+A valid key authenticates the request as a `NodeAgent` principal: authenticated, but holding no
+role, so gpuplane.roles.RolePermission refuses it everywhere (403). Only the telemetry endpoint
+admits it, and only for the token's own node. An unknown or revoked key is a 401.
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.request import Request
+
+if TYPE_CHECKING:
+    from nodes.models import Node, NodeAgentToken
+
+KEYWORD = "Bearer"
+KEY_BYTES = 32  # secrets.token_urlsafe(32): 43 characters, 256 bits
+PREFIX_CHARS = 8
+# last_used_at is a hint for humans ("is this agent alive?"), not an audit log: writing it on
+# every one of thousands of posts per minute would double the telemetry endpoint's writes.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def digest_key(key: str) -> str:
+    """The SHA-256 hex digest stored for an agent key."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def issue_agent_token(node: Node) -> tuple[NodeAgentToken, str]:
+    """Create a token for `node`; return it and its key. The key is not stored and cannot be shown again."""
+    from nodes.models import NodeAgentToken
+
+    key = secrets.token_urlsafe(KEY_BYTES)
+    token = NodeAgentToken.objects.create(node=node, key_digest=digest_key(key), prefix=key[:PREFIX_CHARS])
+    return token, key
+
+
+class NodeAgent:
+    """Who a request made with an agent token is: authenticated, tied to one node, no role.
+
+    Shaped like django.contrib.auth's AnonymousUser (empty groups and permissions) so that code
+    asking a user for its role or permissions gets "none", except that it is authenticated.
+    """
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+    is_staff = False
+    is_superuser = False
+    pk = None
+    id = None
+
+    def __init__(self, token: NodeAgentToken) -> None:
+        self.token = token
+        self.node = token.node
+        self.username = f"agent:{self.node.name}"
+
+    def __str__(self) -> str:
+        return self.username
+
+    def get_username(self) -> str:
+        return self.username
+
+    @property
+    def groups(self) -> Any:
+        from django.contrib.auth.models import Group
+        from django.db.models.manager import EmptyManager
+
+        return EmptyManager(Group)
+
+    @property
+    def user_permissions(self) -> Any:
+        from django.contrib.auth.models import Permission
+        from django.db.models.manager import EmptyManager
+
+        return EmptyManager(Permission)
+
+    def has_perm(self, perm: str, obj: Any = None) -> bool:
+        return False
+
+    def has_perms(self, perm_list: Any, obj: Any = None) -> bool:
+        return False
+
+    def has_module_perms(self, app_label: str) -> bool:
+        return False
+
+
+class NodeAgentTokenAuthentication(BaseAuthentication):
+    """`Authorization: Bearer <key>` with a node agent key -> (NodeAgent, NodeAgentToken).
+
+    Returns None (not this scheme) for any other header, so it sits beside DRF's token and
+    session authentication. A malformed header, an unknown key or a revoked token: 401.
+    """
+
+    def authenticate(self, request: Request) -> tuple[NodeAgent, NodeAgentToken] | None:
+        from nodes.models import NodeAgentToken
+
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != KEYWORD.lower().encode():
+            return None
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed("Invalid Bearer header: expected 'Bearer <agent key>'.")
+        try:
+            key = parts[1].decode("ascii")
+        except UnicodeError as exc:
+            raise exceptions.AuthenticationFailed("Invalid Bearer header: the key must be ASCII.") from exc
+
+        token = NodeAgentToken.objects.select_related("node").filter(key_digest=digest_key(key)).first()
+        if token is None:
+            raise exceptions.AuthenticationFailed("Invalid agent token.")
+        if token.revoked:
+            raise exceptions.AuthenticationFailed("This agent token has been revoked.")
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
+            NodeAgentToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            token.last_used_at = now
+        return NodeAgent(token), token
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'{KEYWORD} realm="gpuplane-agent"'
+
+
+class NodeAgentTokenScheme(OpenApiAuthenticationExtension):
+    """Documents agent tokens in the OpenAPI schema, on the operations that accept them only.
+
+    The class is among the default authenticators (so that an agent key is recognised, and
+    refused, everywhere), but only views with `accepts_agent_tokens = True` list it as a way in.
+    """
+
+    target_class = "nodes.authentication.NodeAgentTokenAuthentication"
+    name = "agentTokenAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "Node agent key from `manage.py create_agent_token NODE`; telemetry for that node only.",
+        }
+
+    def get_security_requirement(self, auto_schema: Any) -> dict[str, list[Any]] | None:
+        if getattr(auto_schema.view, "accepts_agent_tokens", False):
+            return {self.name: []}
+        return None

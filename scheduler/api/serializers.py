@@ -1,0 +1,187 @@
+"""Shapes of the deployments API (`/api/v1/deployments/`).
+
+Input is parsed here into typed values (``DeploymentCreateSerializer.to_spec``); what makes a
+deployment valid is decided once, by ``scheduler.services.validate_spec``, which the deploy form
+uses too, so both refuse the same requests with the same messages.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+from rest_framework.reverse import reverse
+
+from scheduler import services
+from scheduler.choices import DecisionOutcome, Priority, SharingRequest, WorkloadType
+from scheduler.models import Decision, Deployment, Placement
+
+MIB_PER_GB = services.MIB_PER_GB
+
+
+class StrictStringField(serializers.CharField):
+    """A CharField that refuses numbers and booleans instead of turning them into text."""
+
+    default_error_messages = {"invalid": "Enter a string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class LabelsField(serializers.DictField):
+    """Kubernetes labels: an object of string keys to string values."""
+
+    child = StrictStringField(allow_blank=True, max_length=63)
+    default_error_messages = {"not_a_dict": "Enter an object of label names to string values."}
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An IntegerField that refuses booleans, fractions and numeric strings like "2.0"."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or (isinstance(data, float) and not data.is_integer()):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictFloatField(serializers.FloatField):
+    """A FloatField that refuses booleans (JSON true is not 1 GB)."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class DeploymentCreateSerializer(serializers.Serializer):
+    """The body of `POST /api/v1/deployments/`."""
+
+    name = StrictStringField(max_length=63, help_text="DNS-1123 label; names the Kubernetes workloads")
+    model = StrictStringField(max_length=200, help_text="Model name, e.g. llama-3-8b")
+    memory_gb = StrictFloatField(help_text="GPU memory one replica needs, in GB (1 GB = 1024 MiB)")
+    gpu_count = StrictIntegerField(default=1, help_text="GPUs per replica (tensor-parallel size), on one node")
+    replicas = StrictIntegerField(default=1)
+    workload_type = serializers.ChoiceField(choices=WorkloadType.choices, default=WorkloadType.INFERENCE)
+    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.MEDIUM)
+    latency_slo_ms = StrictIntegerField(required=False, allow_null=True, default=None)
+    namespace = StrictStringField(max_length=63, default="default")
+    labels = LabelsField(required=False, default=dict)
+    sharing = serializers.ChoiceField(choices=SharingRequest.choices, default=SharingRequest.AUTO)
+    enable_gpu_selection = serializers.BooleanField(
+        default=True, help_text="false: hand every replica to the default Kubernetes scheduler"
+    )
+    allow_default_scheduler = serializers.BooleanField(
+        default=True,
+        help_text="When no node qualifies only because of telemetry (busy GPUs), hand over to the default scheduler",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # The domain rules, once, in the services (ValidationError keyed by these field names).
+        try:
+            services.validate_spec(services.DeploySpec(**attrs))
+        except ValidationError as error:
+            raise serializers.ValidationError(error.message_dict) from None
+        return attrs
+
+    def to_spec(self) -> services.DeploySpec:
+        return services.DeploySpec(**self.validated_data)
+
+
+class PlacementSerializer(serializers.Serializer):
+    """One replica: where it runs and what it was given (``services.placement_summary``)."""
+
+    replica_index = serializers.IntegerField()
+    status = serializers.CharField()
+    node = serializers.CharField(allow_null=True, help_text="null: handed to the default Kubernetes scheduler")
+    gpu_model = serializers.CharField(allow_null=True)
+    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPU indexes on the node")
+    sharing = serializers.CharField(help_text="exclusive | mig | mps | mps-weighted | timeslice | default-scheduler")
+    share_percent = serializers.FloatField(allow_null=True, help_text="Compute share per GPU")
+    mig_profile = serializers.CharField(allow_blank=True)
+    workload_name = serializers.CharField(allow_blank=True, help_text="The Kubernetes Deployment running it")
+
+    def to_representation(self, instance: Placement) -> dict[str, Any]:
+        return {
+            "replica_index": instance.replica_index,
+            "status": instance.status,
+            **services.placement_summary(instance),
+            "workload_name": instance.workload_name,
+        }
+
+
+class DeploymentSerializer(serializers.ModelSerializer):
+    """A deployment with its placements and the URL of its decision matrix."""
+
+    memory_gb = serializers.SerializerMethodField()
+    labels = serializers.DictField(child=serializers.CharField(allow_blank=True))
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    placements = PlacementSerializer(many=True, read_only=True)
+    decision = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Deployment
+        fields = [
+            "id", "name", "model", "memory_gb", "memory_mib", "gpu_count", "replicas", "workload_type", "priority",
+            "latency_slo_ms", "namespace", "labels", "sharing", "enable_gpu_selection", "status", "message",
+            "created_by", "created_at", "updated_at", "placed_at", "placements", "decision",
+        ]
+        read_only_fields = fields
+
+    def get_memory_gb(self, obj: Deployment) -> float:
+        return obj.memory_mib / MIB_PER_GB
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_decision(self, obj: Deployment) -> str:
+        return reverse("scheduler-api:deployment-decision", args=[obj.pk], request=self.context.get("request"))
+
+
+class DecisionSerializer(serializers.ModelSerializer):
+    """One replica's stored decision; ``matrix`` is the placement core's ``Decision.to_dict()``."""
+
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    outcome = serializers.ChoiceField(choices=DecisionOutcome.choices)
+    weights = serializers.DictField(child=serializers.FloatField())
+    matrix = serializers.DictField(
+        help_text="request, classification, need, profile, weights, plugins (score plugins in profile order), "
+                  "outcome, node, assignment, message, "
+                  "diagnosis (rejected nodes per reason), feasible_nodes, idle_gpus, rows (per node: verdict, "
+                  "reason, each plugin's raw / normalized / weighted score, total, rank)"
+    )
+
+    class Meta:
+        model = Decision
+        fields = ["id", "replica_index", "outcome", "node", "profile", "weights", "message", "duration_ms",
+                  "created_at", "matrix"]
+        read_only_fields = fields
+
+
+class DeploymentDecisionsSerializer(serializers.Serializer):
+    """`GET /api/v1/deployments/{id}/decision/`: every replica's decision matrix."""
+
+    deployment = serializers.IntegerField()
+    status = serializers.CharField()
+    decisions = DecisionSerializer(many=True)
+
+
+class NoCapacitySerializer(serializers.Serializer):
+    """409: why nothing fits; nothing was stored."""
+
+    detail = serializers.CharField(help_text='"0/N nodes are available: ..." (kube-scheduler wording)')
+    replica = serializers.IntegerField(help_text="Index of the replica that could not be placed")
+    decision = serializers.DictField(help_text="The decision matrix of that replica (see DecisionSerializer.matrix)")
+
+
+class DeployFailedSerializer(serializers.Serializer):
+    """502: the cluster refused a workload; the deployment is stored as failed, its GPUs released."""
+
+    detail = serializers.CharField()
+    deployment = serializers.IntegerField(help_text="Id of the failed deployment, kept for the record")
+    status = serializers.CharField()
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()

@@ -1,0 +1,107 @@
+"""`/api/v1/deployments/`: deploy, list, read, read the decision matrix, delete.
+
+The viewset only translates HTTP to ``scheduler.services`` calls and their outcomes to status
+codes: 201 placed; 400 invalid input (field messages); 409 nothing fits (``NoCapacity``, with
+the diagnosis and the decision matrix; nothing stored); 502 the cluster refused the workload
+(``DeployFailed``; the deployment is kept as failed, its GPUs released). Reading needs the
+viewer role, deploying and deleting the operator role.
+"""
+from __future__ import annotations
+
+import django_filters
+from django.core.validators import ProhibitNullCharactersValidator
+from django.db.models import Prefetch, QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.viewsets import GenericViewSet
+
+from gpuplane.roles import OPERATOR
+from nodes.cluster.base import ClusterError
+from scheduler import services
+from scheduler.api.serializers import (
+    DeployFailedSerializer,
+    DeploymentCreateSerializer,
+    DeploymentDecisionsSerializer,
+    DeploymentSerializer,
+    ErrorSerializer,
+    NoCapacitySerializer,
+)
+from scheduler.choices import DeploymentStatus
+from scheduler.models import Deployment, Placement
+
+
+class DeploymentAPIFilterSet(django_filters.FilterSet):
+    """`?status=` (repeatable; an unknown status is a 400) and `?namespace=` (exact)."""
+
+    status = django_filters.MultipleChoiceFilter(choices=DeploymentStatus.choices)
+    namespace = django_filters.CharFilter(validators=[ProhibitNullCharactersValidator()])
+
+    class Meta:
+        model = Deployment
+        fields = ["status", "namespace"]
+
+
+class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, GenericViewSet):
+    serializer_class = DeploymentSerializer
+    filterset_class = DeploymentAPIFilterSet
+    write_role = OPERATOR
+    lookup_value_regex = r"[0-9]+"
+    ordering_fields = ["created_at", "name", "namespace", "status"]
+    ordering = ["-created_at", "-id"]
+
+    def get_queryset(self) -> QuerySet[Deployment]:
+        placements = Placement.objects.select_related("node").order_by("replica_index")
+        return Deployment.objects.select_related("created_by").prefetch_related(
+            Prefetch("placements", queryset=placements)
+        ).order_by("-created_at", "-id")
+
+    @extend_schema(
+        request=DeploymentCreateSerializer,
+        responses={
+            201: DeploymentSerializer,
+            400: OpenApiResponse(description="Invalid input: messages per field"),
+            409: OpenApiResponse(NoCapacitySerializer, description="Nothing fits; nothing was stored"),
+            502: OpenApiResponse(DeployFailedSerializer, description="The cluster refused the workload"),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        """Place a deployment: decide every replica, reserve its GPUs, create its workloads."""
+        serializer = DeploymentCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            deployment = services.deploy(serializer.to_spec(), user=request.user)
+        except services.NoCapacity as error:
+            body = {"detail": error.message, "replica": error.replica_index, "decision": error.decision}
+            return Response(body, status=status.HTTP_409_CONFLICT)
+        except services.DeployFailed as error:
+            body = {"detail": error.message, "deployment": error.deployment.pk, "status": error.deployment.status}
+            return Response(body, status=status.HTTP_502_BAD_GATEWAY)
+        deployment = self.get_queryset().get(pk=deployment.pk)
+        return Response(self.get_serializer(deployment).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        responses={
+            204: OpenApiResponse(description="Workloads deleted, GPUs released (also for an already deleted one)"),
+            502: OpenApiResponse(ErrorSerializer, description="The cluster refused to delete a workload"),
+        },
+    )
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        """Delete the workloads and release every GPU share; the record stays, status deleted."""
+        deployment = self.get_object()
+        try:
+            services.delete_deployment(deployment, user=request.user)
+        except ClusterError as error:
+            return Response({"detail": str(error)}, status=status.HTTP_502_BAD_GATEWAY)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(responses={200: DeploymentDecisionsSerializer}, filters=False)
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def decision(self, request: Request, pk: str | None = None) -> Response:
+        """The stored decision matrix of every replica (bounded to the best-scored nodes)."""
+        deployment = self.get_object()
+        decisions = deployment.decisions.select_related("node").order_by("replica_index", "created_at")
+        data = {"deployment": deployment.pk, "status": deployment.status, "decisions": decisions}
+        return Response(DeploymentDecisionsSerializer(data).data)

@@ -1,0 +1,191 @@
+"""The deploy form and the deployments list filters of the web UI.
+
+The form only turns text into typed values (numbers, choices, the labels box into a dict); what
+a valid deployment is lives once, in ``services.validate_spec``, which the REST API and
+``services.deploy`` use too. ``DeployForm.clean`` runs it and puts its messages under the
+form's fields, so the page and the API refuse the same requests with the same messages.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import django_filters
+from django import forms
+from django.core.exceptions import ValidationError
+
+from scheduler import services
+from scheduler.choices import DeploymentStatus, Priority, SharingRequest, WorkloadType
+from scheduler.models import Deployment
+
+# What each sharing request really gets (DESIGN.md section 4), shown next to its radio button.
+SHARING_HELP: dict[str, str] = {
+    SharingRequest.AUTO: (
+        "gpuplane picks from the model size and priority: under 4 GB an MPS 25 % share, 4-16 GB an "
+        "MPS 50 % share, above 16 GB (or high priority with a tight latency SLO) whole GPUs."
+    ),
+    SharingRequest.EXCLUSIVE: "Whole GPUs, nothing else runs on them. The safest and the most expensive choice.",
+    SharingRequest.MIG: (
+        "A MIG instance: hardware isolation of compute, memory and faults. Only on nodes whose GPUs are "
+        "already partitioned; the smallest free instance with enough memory is used."
+    ),
+    SharingRequest.MPS: (
+        "A slot on a node whose device plugin runs MPS with R replicas per GPU: every client gets 100/R % "
+        "of the SMs and 1/R of the memory, so a 50 % share needs R <= 2 and a 25 % share R <= 4. "
+        "No fault isolation between clients."
+    ),
+    SharingRequest.MPS_WEIGHTED: (
+        "A share of a GPU under gpuplane's own MPS daemon; shares on one GPU may differ (50 + 25 + 25). "
+        "Its limits rest on the CUDA MPS variables (thread percentage, pinned memory) that gpuplane's "
+        "webhook sets on each pod; no fault isolation."
+    ),
+    SharingRequest.TIMESLICE: (
+        "Takes turns on a GPU with other replicas: no memory and no fault isolation (gpuplane accounts "
+        "memory itself), and only 1 GPU per replica."
+    ),
+}
+
+# Service-side field names that the form spells differently.
+FIELD_ALIASES: dict[str, str] = {"memory_mib": "memory_gb"}
+# Stand-ins for required values the form could not read, so that validate_spec can still check
+# the rest of the request in the same round; its messages about these fields are dropped.
+_PLACEHOLDERS: dict[str, Any] = {"name": "placeholder", "model": "placeholder", "memory_gb": 1.0}
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """Read one `key=value` label a line into a dict; blank lines are skipped.
+
+    Raises ValidationError naming the line for a line without "=", an empty key or a key given
+    twice. Whether a key or value is a valid Kubernetes label is the services' rule, not this
+    parser's.
+    """
+    labels: dict[str, str] = {}
+    errors: list[ValidationError] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            errors.append(ValidationError(
+                "Line %(line)s: write one label a line as key=value.", code="syntax", params={"line": number}
+            ))
+        elif key in labels:
+            errors.append(ValidationError(
+                "Line %(line)s: label %(key)s is given twice.", code="duplicate", params={"line": number, "key": key}
+            ))
+        else:
+            labels[key] = value
+    if errors:
+        raise ValidationError(errors)
+    return labels
+
+
+class DeployForm(forms.Form):
+    """The deploy request of the REST contract (`POST /api/v1/deployments/`), as a web form.
+
+    `cleaned_data` holds exactly the keyword arguments of `services.DeploySpec`.
+    """
+
+    # strip=False: the API refuses " name" too; trimming here would make the two disagree.
+    name = forms.CharField(
+        strip=False,
+        help_text="Lowercase letters, digits and '-'; names the Kubernetes workloads.",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false", "placeholder": "llama-chat"}),
+    )
+    model = forms.CharField(
+        strip=False,
+        help_text="The model served or trained, e.g. llama-3-8b.",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "placeholder": "llama-3-8b"}),
+    )
+    memory_gb = forms.FloatField(
+        label="GPU memory (GB)",
+        help_text="Memory one replica needs, in GB; it also decides the default share (see Sharing).",
+        widget=forms.NumberInput(attrs={"step": "any", "inputmode": "decimal"}),
+    )
+    gpu_count = forms.IntegerField(
+        label="GPUs per replica", initial=1, help_text="Tensor-parallel size; all on one node.",
+        widget=forms.NumberInput(attrs={"min": 1, "max": services.MAX_GPU_COUNT}),
+    )
+    replicas = forms.IntegerField(
+        initial=1, help_text="Each replica gets its own decision; all are reserved together or none.",
+        widget=forms.NumberInput(attrs={"min": 1}),
+    )
+    workload_type = forms.ChoiceField(choices=WorkloadType.choices, initial=WorkloadType.INFERENCE, label="Workload type")
+    priority = forms.ChoiceField(
+        choices=Priority.choices, initial=Priority.MEDIUM,
+        help_text="High priority prefers powerful GPUs; low priority prefers efficient ones.",
+    )
+    latency_slo_ms = forms.IntegerField(
+        label="Latency SLO (ms)", required=False,
+        help_text="With high priority, a tight SLO asks for whole GPUs.",
+    )
+    namespace = forms.CharField(
+        strip=False, initial="default",
+        widget=forms.TextInput(attrs={"spellcheck": "false"}),
+    )
+    labels = forms.CharField(
+        required=False,
+        help_text="Kubernetes labels for the workloads, one key=value a line.",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "placeholder": "team=search\ntier=canary"}),
+    )
+    sharing = forms.ChoiceField(choices=SharingRequest.choices, initial=SharingRequest.AUTO, widget=forms.RadioSelect)
+    enable_gpu_selection = forms.BooleanField(
+        label="Let gpuplane choose the node and GPUs", required=False, initial=True,
+        help_text="Off: the workload goes to the default Kubernetes scheduler without GPU selection.",
+    )
+
+    def clean(self) -> dict[str, Any]:
+        """Run the services' validation (the API's) on the typed values; its messages go under
+        the fields they name. Fields that already failed here keep only their own message."""
+        cleaned = super().clean()
+        failed = set(self.errors)
+        values = {name: cleaned[name] for name in self.fields if name in cleaned}
+        for name, stand_in in _PLACEHOLDERS.items():
+            values.setdefault(name, stand_in)
+        try:
+            services.validate_spec(services.DeploySpec(**values))
+        except ValidationError as error:
+            self.add_service_errors(error, skip=failed)
+        return cleaned
+
+    def spec(self) -> services.DeploySpec:
+        """The deploy request of a valid form."""
+        return services.DeploySpec(**self.cleaned_data)
+
+    def sharing_options(self) -> list[tuple[Any, str]]:
+        """The sharing radio buttons, each with what that mode really gives (SHARING_HELP)."""
+        return [(radio, SHARING_HELP.get(str(radio.data["value"]), "")) for radio in self["sharing"]]
+
+    def clean_labels(self) -> dict[str, str]:
+        return parse_labels(self.cleaned_data.get("labels") or "")
+
+    def add_service_errors(self, error: ValidationError, *, skip: Collection[str] = ()) -> None:
+        """Show a services ValidationError on the form: each message under its field, or above the
+        form when it names no field of the form; messages about fields in `skip` are dropped."""
+        if not hasattr(error, "error_dict"):
+            self.add_error(None, error)
+            return
+        for field, errors in error.error_dict.items():
+            target = FIELD_ALIASES.get(field, field)
+            if target in skip:
+                continue
+            self.add_error(target if target in self.fields else None, errors)
+
+
+def _namespaces() -> list[tuple[str, str]]:
+    """Namespaces that hold deployments, for the filter's drop-down (read when the form renders)."""
+    values = Deployment.objects.order_by("namespace").values_list("namespace", flat=True).distinct()
+    return [(value, value) for value in values]
+
+
+class DeploymentFilterSet(django_filters.FilterSet):
+    """Filters of the deployments list: status and namespace (an unknown value is a form error)."""
+
+    status = django_filters.ChoiceFilter(choices=DeploymentStatus.choices, empty_label="Any", label="Status")
+    namespace = django_filters.ChoiceFilter(choices=_namespaces, empty_label="Any", label="Namespace")
+
+    class Meta:
+        model = Deployment
+        fields = ["status", "namespace"]

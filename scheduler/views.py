@@ -1,0 +1,370 @@
+"""Server-rendered deployment pages: the list, the deploy form, a deployment with its decision
+matrix, and the delete confirmation.
+
+Views call `scheduler.services` for every change (deploy, delete) and hold no placement logic;
+how a stored decision matrix is shown (verdicts, per-plugin columns, what the truncated matrix
+left out) is computed in the small pure functions below so that templates stay free of
+arithmetic.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db.models import Prefetch, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views import View
+from django.views.generic import DetailView, FormView, ListView
+
+from gpuplane.roles import OPERATOR, has_role
+from gpuplane.views import RoleRequiredMixin
+from nodes.cluster.base import ClusterError
+from nodes.models import Node
+from scheduler import services
+from scheduler.choices import DeploymentStatus
+from scheduler.forms import DeployForm, DeploymentFilterSet
+from scheduler.models import Decision, Deployment, Placement
+
+MIB_PER_GB = 1024  # the placement core's GB (scheduler/core/classify.py), so pages and reasons agree
+CHART_TOP_NODES = 10  # bars in the score chart; the table below it has every kept row
+
+# Badge modifier per deployment status; every badge also carries the status in words.
+_STATUS_BADGES: dict[str, str] = {
+    DeploymentStatus.PENDING: "warn",
+    DeploymentStatus.PLACED: "ok",
+    DeploymentStatus.RUNNING: "ok",
+    DeploymentStatus.FAILED: "bad",
+    DeploymentStatus.DELETED: "muted",
+}
+
+
+def status_badge(status: str) -> str:
+    """The `.badge--*` modifier for a deployment status ("muted" for one this page does not know)."""
+    return _STATUS_BADGES.get(status, "muted")
+
+
+def format_gb(memory_mib: int) -> str:
+    """Memory in the deploy form's unit: 8192 -> "8 GB", 40960 -> "40 GB", 1536 -> "1.5 GB"."""
+    return f"{memory_mib / MIB_PER_GB:.2f}".rstrip("0").removesuffix(".") + " GB"
+
+
+def _count_phrase(pairs: Sequence[tuple[str, int]]) -> str:
+    return ", ".join(f"{count} {reason}" for reason, count in pairs)
+
+
+# ---- the decision matrix, as the page shows it -------------------------------------------------
+
+
+def by_weight(weights: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
+    """A profile's (plugin, weight) pairs, heaviest first, ties by name (static/js/decision_matrix.js
+    orders its legend the same way)."""
+    return tuple(sorted(((str(p), float(w)) for p, w in weights.items()), key=lambda item: (-item[1], item[0])))
+
+
+def by_count(rejected: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """Rejection (reason, count) pairs, most nodes first, ties by reason (core Diagnosis.ordered)."""
+    return tuple(sorted(((str(r), int(c)) for r, c in rejected.items()), key=lambda item: (-item[1], item[0])))
+
+
+@dataclass(frozen=True)
+class ScoreCell:
+    """One plugin's part of a node's total: raw value, normalized 0..100, weighted contribution."""
+
+    raw: int
+    normalized: int
+    weighted: float
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    """One kept node of a decision: `verdict` is "chosen", "feasible" or "rejected"."""
+
+    node: str
+    node_url: str | None  # None when the node is gone from the inventory
+    verdict: str
+    rank: int | None
+    total: float | None
+    scores: tuple[ScoreCell | None, ...]  # aligned with MatrixTable.plugins; None: not scored
+    reason: str = ""
+    detail: str = ""
+    gpu_model: str = ""
+    sharing_mode: str = ""
+
+    @property
+    def is_chosen(self) -> bool:
+        return self.verdict == "chosen"
+
+
+@dataclass(frozen=True)
+class MatrixTable:
+    """A stored decision (core `Decision.to_dict()`) laid out for the page.
+
+    `hidden_feasible` counts feasible nodes scored but not kept (below the profile's top_k);
+    `hidden_rejected` counts, per reason, rejected nodes with no example row, so that kept rows
+    plus hidden counts account for every node of the cluster.
+    """
+
+    outcome: str
+    message: str
+    profile: str
+    weights: tuple[tuple[str, float], ...]
+    rows: tuple[MatrixRow, ...]
+    total_nodes: int
+    available: int
+    rejected: tuple[tuple[str, int], ...]
+    hidden_feasible: int
+    hidden_rejected: tuple[tuple[str, int], ...]
+    classification: str = ""
+
+    @property
+    def plugins(self) -> tuple[str, ...]:
+        return tuple(plugin for plugin, _ in self.weights)
+
+    @property
+    def has_scores(self) -> bool:
+        """Whether any kept row was scored (a chart is worth drawing)."""
+        return any(row.verdict != "rejected" for row in self.rows)
+
+    @property
+    def hidden_rejected_n(self) -> int:
+        return sum(count for _, count in self.hidden_rejected)
+
+    @property
+    def hidden_rejected_text(self) -> str:
+        """"5 insufficient GPU memory, 2 cordoned" for the rejected nodes the matrix has no row for."""
+        return _count_phrase(self.hidden_rejected)
+
+    @property
+    def rejected_text(self) -> str:
+        return _count_phrase(self.rejected)
+
+
+def matrix_table(matrix: Mapping[str, Any], node_urls: Mapping[str, str]) -> MatrixTable:
+    """Lay out a stored decision matrix (core `Decision.to_dict()` shape) for the page.
+
+    Plugin columns go by weight, heaviest first (ties by name): stored JSON need not keep key
+    order (PostgreSQL's jsonb does not). A row's scores are matched to columns by plugin name, so
+    a row that lacks a plugin shows a gap rather than a shifted column. Rejection reasons go
+    most nodes first, as in the diagnosis message. The chosen row is the one naming the decided node when the outcome is
+    "placed"; a node missing from `node_urls` is shown without a link.
+    """
+    weights = by_weight(matrix.get("weights") or {})
+    plugins = [plugin for plugin, _ in weights]
+    chosen = matrix.get("node") if matrix.get("outcome") == "placed" else None
+    rows: list[MatrixRow] = []
+    for row in matrix.get("rows") or []:
+        by_plugin = {score["plugin"]: score for score in row.get("scores") or []}
+        cells = tuple(
+            ScoreCell(int(s["raw"]), int(s["normalized"]), float(s["weighted"])) if (s := by_plugin.get(p)) else None
+            for p in plugins
+        )
+        if not row.get("feasible"):
+            verdict = "rejected"
+        elif row["node"] == chosen:
+            verdict = "chosen"
+        else:
+            verdict = "feasible"
+        facts = row.get("facts") or {}
+        rows.append(MatrixRow(
+            node=row["node"], node_url=node_urls.get(row["node"]), verdict=verdict, rank=row.get("rank"),
+            total=row.get("total"), scores=cells, reason=row.get("reason", ""), detail=row.get("detail", ""),
+            gpu_model=str(facts.get("gpu_model", "")), sharing_mode=str(facts.get("sharing_mode", "")),
+        ))
+
+    diagnosis = matrix.get("diagnosis") or {}
+    rejected = by_count(diagnosis.get("rejected") or {})
+    shown = Counter(row.reason for row in rows if row.verdict == "rejected")
+    hidden_rejected = tuple(
+        (reason, count - shown[reason]) for reason, count in rejected if count > shown[reason]
+    )
+    kept_feasible = sum(1 for row in rows if row.verdict != "rejected")
+    classification = matrix.get("classification") or {}
+    return MatrixTable(
+        outcome=str(matrix.get("outcome", "")),
+        message=str(matrix.get("message", "")),
+        profile=str(matrix.get("profile", "")),
+        weights=weights,
+        rows=tuple(rows),
+        total_nodes=int(diagnosis.get("total_nodes", 0)),
+        available=int(diagnosis.get("available", 0)),
+        rejected=rejected,
+        hidden_feasible=max(0, int(matrix.get("feasible_nodes") or 0) - kept_feasible),
+        hidden_rejected=hidden_rejected,
+        classification=str(classification.get("reason", "")),
+    )
+
+
+@dataclass(frozen=True)
+class RejectionRow:
+    """One line of the "why nothing fits" table: a reason, how many nodes, and the example nodes
+    the matrix kept, grouped by their detail ((detail, (node, ...)), ...) in first-seen order."""
+
+    reason: str
+    count: int
+    examples: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def rejection_rows(matrix: Mapping[str, Any]) -> list[RejectionRow]:
+    """Reasons of a failed decision in the diagnosis' order (most nodes first), with examples."""
+    grouped: dict[str, dict[str, list[str]]] = {}
+    for row in matrix.get("rows") or []:
+        if not row.get("feasible"):
+            details = grouped.setdefault(row.get("reason", ""), {})
+            details.setdefault(row.get("detail", ""), []).append(row["node"])
+    rejected = by_count((matrix.get("diagnosis") or {}).get("rejected") or {})
+    return [
+        RejectionRow(reason, count, tuple((detail, tuple(nodes)) for detail, nodes in grouped.get(reason, {}).items()))
+        for reason, count in rejected
+    ]
+
+
+def node_urls(names: set[str]) -> dict[str, str]:
+    """Node page URLs of those `names` that still exist in the inventory (one query)."""
+    existing = Node.objects.filter(name__in=names).values_list("name", flat=True)
+    return {name: reverse("nodes:node-detail", args=[name]) for name in existing}
+
+
+# ---- views -------------------------------------------------------------------------------------
+
+
+class DeploymentListView(RoleRequiredMixin, ListView):
+    """`/deployments/`: every deployment with its request, status and the nodes it runs on;
+    filterable by status and namespace."""
+
+    template_name = "scheduler/deployment_list.html"
+    context_object_name = "deployments"
+    paginate_by = 50
+
+    def get_queryset(self) -> QuerySet[Deployment]:
+        placements = Placement.objects.select_related("node").order_by("replica_index")
+        queryset = Deployment.objects.prefetch_related(Prefetch("placements", placements)).order_by("-created_at", "-id")
+        self.filterset = DeploymentFilterSet(self.request.GET or None, queryset=queryset)
+        # An invalid filter value shows the form error and an empty table, never every row.
+        if self.filterset.is_bound and not self.filterset.is_valid():
+            return queryset.none()
+        return self.filterset.qs
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        for deployment in context["deployments"]:
+            deployment.memory = format_gb(deployment.memory_mib)
+            deployment.badge = status_badge(deployment.status)
+            placements = list(deployment.placements.all())
+            # A node holding two replicas is listed once.
+            deployment.node_names = list(dict.fromkeys(p.node.name for p in placements if p.node_id is not None))
+            deployment.handed_over = sum(1 for p in placements if p.node_id is None)
+            # Placements are kept as history; once released they no longer hold those nodes.
+            deployment.released = deployment.status in (DeploymentStatus.DELETED, DeploymentStatus.FAILED)
+        query = self.request.GET.copy()
+        query.pop("page", None)
+        context.update(
+            filter=self.filterset,
+            filtered=any(v for k, v in self.request.GET.items() if k != "page"),
+            querystring=query.urlencode(),
+            can_deploy=has_role(self.request.user, OPERATOR),
+        )
+        return context
+
+
+class DeployView(RoleRequiredMixin, FormView):
+    """`/deployments/new/` (operators): the deploy form.
+
+    Success redirects to the new deployment's page. Invalid input re-renders the form with the
+    services' field messages. When no node fits (services.NoCapacity) the form comes back with
+    the diagnosis and the rejection reasons; nothing is stored in that case.
+    """
+
+    required_role = OPERATOR
+    template_name = "scheduler/deploy_form.html"
+    form_class = DeployForm
+
+    def form_valid(self, form: DeployForm) -> HttpResponse:
+        try:
+            deployment = services.deploy(form.spec(), user=self.request.user)
+        except ValidationError as error:  # the form ran the same validation; kept for races and safety
+            form.add_service_errors(error)
+            return self.form_invalid(form)
+        except services.NoCapacity as error:
+            return self.render_to_response(self.get_context_data(
+                form=form, no_capacity=error.message, rejections=rejection_rows(error.decision),
+            ))
+        except services.DeployFailed as error:
+            # Stored as FAILED with its decision and released: its page says what happened.
+            messages.error(self.request, f"{error.deployment} failed: {error.message}")
+            return HttpResponseRedirect(reverse("scheduler:deployment-detail", args=[error.deployment.pk]))
+        messages.success(self.request, f"Deployed {deployment}: {deployment.message or deployment.get_status_display()}.")
+        return HttpResponseRedirect(reverse("scheduler:deployment-detail", args=[deployment.pk]))
+
+
+@dataclass(frozen=True)
+class ReplicaDecision:
+    """One replica's stored decision with its table and the ids the chart script looks up."""
+
+    decision: Decision
+    table: MatrixTable
+    chart_data_id: str
+
+
+class DeploymentDetailView(RoleRequiredMixin, DetailView):
+    """`/deployments/<id>/`: status and request, the placements, and per replica the decision
+    matrix as a table and a chart of weighted scores."""
+
+    template_name = "scheduler/deployment_detail.html"
+    context_object_name = "deployment"
+
+    def get_queryset(self) -> QuerySet[Deployment]:
+        return Deployment.objects.select_related("created_by")
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        deployment: Deployment = self.object
+        placements = list(deployment.placements.select_related("node").order_by("replica_index"))
+        decisions = list(deployment.decisions.select_related("node").order_by("replica_index", "created_at"))
+        names = {row["node"] for d in decisions for row in (d.matrix or {}).get("rows") or []}
+        names |= {p.node.name for p in placements if p.node_id is not None}
+        urls = node_urls(names)
+        context.update(
+            badge=status_badge(deployment.status),
+            memory=format_gb(deployment.memory_mib),
+            placements=[(p, services.placement_summary(p)) for p in placements],
+            replica_decisions=[
+                ReplicaDecision(d, matrix_table(d.matrix or {}, urls), f"decision-matrix-{d.replica_index}-{d.pk}")
+                for d in decisions
+            ],
+            node_urls=urls,
+            can_delete=has_role(self.request.user, OPERATOR) and deployment.status != DeploymentStatus.DELETED,
+            chart_top_nodes=CHART_TOP_NODES,
+        )
+        return context
+
+
+class DeploymentDeleteView(RoleRequiredMixin, View):
+    """`/deployments/<id>/delete/` (operators): GET asks for confirmation, POST deletes the
+    workloads and releases every GPU share (services.delete_deployment)."""
+
+    required_role = OPERATOR
+    template_name = "scheduler/deployment_confirm_delete.html"
+
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        deployment = get_object_or_404(Deployment, pk=pk)
+        placements = deployment.placements.select_related("node").order_by("replica_index")
+        return render(request, self.template_name, {"deployment": deployment, "placements": placements})
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        deployment = get_object_or_404(Deployment, pk=pk)
+        if deployment.status == DeploymentStatus.DELETED:
+            messages.info(request, f"{deployment} was already deleted.")
+        else:
+            try:
+                services.delete_deployment(deployment, user=request.user)
+            except ClusterError as error:
+                messages.error(request, f"Could not delete {deployment}: {error}")
+            else:
+                messages.success(request, f"Deleted {deployment}; its GPUs are released.")
+        return HttpResponseRedirect(reverse("scheduler:deployment-detail", args=[deployment.pk]))

@@ -1,0 +1,383 @@
+/* gpuplane charts, drawn with plotly.js (served by gpuplane from the installed plotly package).
+
+   - [data-telemetry] sections (node and GPU pages): four time-series charts (utilization, memory
+     used, power, temperature), one line per GPU, from the series API (nodes/api/series.py) for the
+     range picked in the section's range links.
+   - [data-heatmap] card (overview): nodes x GPU index, coloured by latest utilization; first drawn
+     from the JSON the server embedded (#heatmap-data), then refreshed from /api/v1/heatmap/.
+
+   Both refresh themselves every data-interval-s seconds (the telemetry poll interval), so pages
+   fill as samples arrive without a reload; refreshes pause while the tab is hidden. Requests use
+   the page's session cookie. */
+(function () {
+  "use strict";
+
+  const METRICS = {
+    utilization_pct: { unit: "%", scale: 1, digits: 0, range: [0, 100] },
+    memory_used_mib: { unit: "GiB", scale: 1 / 1024, digits: 1 },
+    power_w: { unit: "W", scale: 1, digits: 0 },
+    temperature_c: { unit: "°C", scale: 1, digits: 0 },
+  };
+  // One colour per GPU index, the same on every chart and page; readable on white.
+  const PALETTE = ["#4348d1", "#2f9e6e", "#d9731f", "#0b7fab", "#b8457e", "#7a6a00", "#6d2a8c", "#3a4556"];
+  const FONT = {
+    family: 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif',
+    size: 12,
+    color: "#1c2433",
+  };
+  const GRID = "#eef0f4";
+  const AXIS_LINE = "#c4ccd8";
+  const MUTED = "#566173";
+  const CONFIG = {
+    responsive: true,
+    displaylogo: false,
+    modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d", "toggleSpikelines"],
+  };
+  // Indigo, deeper with load; orange from 85 %, where the inventory tables turn their bars "hot".
+  const HEAT_SCALE = [
+    [0, "#eef0fd"],
+    [0.5, "#8a8ef0"],
+    [0.85, "#3b3fc4"],
+    [0.85, "#e8914a"],
+    [1, "#c2551a"],
+  ];
+  const NO_DATA = "#d5dae3";
+
+  function pad(n) {
+    return String(n).padStart(2, "0");
+  }
+
+  /* An ISO 8601 instant as "YYYY-MM-DD HH:MM:SS" in the browser's time zone; plotly draws date
+     strings as given, so converting here puts the axes in the viewer's local time. */
+  function localTime(iso) {
+    const d = new Date(iso);
+    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  }
+
+  /* Like nodes.views.format_mib: "512 MiB", "39.5 GiB", "80 GiB". */
+  function formatMiB(mib) {
+    if (mib < 1024) return `${mib} MiB`;
+    return `${(mib / 1024).toFixed(1).replace(/\.0$/, "")} GiB`;
+  }
+
+  function clock(date) {
+    return `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+  }
+
+  function medianStepMs(times) {
+    const steps = [];
+    for (let i = 1; i < times.length; i += 1) steps.push(times[i] - times[i - 1]);
+    steps.sort((a, b) => a - b);
+    return steps.length ? steps[Math.floor(steps.length / 2)] : 0;
+  }
+
+  /* x/y arrays for one metric; a hole longer than 3 usual steps gets a null point so that the line
+     breaks there instead of drawing a straight bridge over a time with no samples. */
+  function lineXY(points, field) {
+    const spec = METRICS[field];
+    const times = points.map((p) => Date.parse(p.ts));
+    const gapMs = 3 * medianStepMs(times);
+    const x = [];
+    const y = [];
+    points.forEach((point, i) => {
+      if (i > 0 && gapMs > 0 && times[i] - times[i - 1] > gapMs) {
+        x.push(localTime(new Date((times[i] + times[i - 1]) / 2).toISOString()));
+        y.push(null);
+      }
+      const value = point[field];
+      x.push(localTime(point.ts));
+      y.push(value === null || value === undefined ? null : value * spec.scale);
+    });
+    return { x, y };
+  }
+
+  /* [{label, index, points}] for a node payload (every GPU, by index) or a GPU payload, whose
+     index the page gives (data-gpu-index) so that a GPU has the same colour on every page. */
+  function seriesOf(payload, gpuIndex) {
+    if (payload.gpus) {
+      return Object.values(payload.gpus)
+        .map((gpu) => ({ label: `GPU ${gpu.index}`, index: gpu.index, points: gpu.points }))
+        .sort((a, b) => a.index - b.index);
+    }
+    return [{ label: `GPU ${gpuIndex}`, index: gpuIndex, points: payload.points }];
+  }
+
+  function chartLayout(field, showLegend, revision) {
+    const spec = METRICS[field];
+    return {
+      autosize: true,
+      height: 250,
+      margin: { l: 48, r: 14, t: 8, b: showLegend ? 58 : 32 },
+      font: FONT,
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "#ffffff",
+      hovermode: "x unified",
+      hoverlabel: { font: { family: FONT.family, size: 12 } },
+      showlegend: showLegend,
+      legend: { orientation: "h", x: 0, y: -0.2, yanchor: "top", font: { size: 11, color: MUTED } },
+      xaxis: { type: "date", gridcolor: GRID, linecolor: AXIS_LINE, tickfont: { color: MUTED }, showspikes: false },
+      yaxis: {
+        gridcolor: GRID,
+        linecolor: AXIS_LINE,
+        tickfont: { color: MUTED },
+        zeroline: false,
+        rangemode: "tozero",
+        ...(spec.range ? { range: spec.range, autorange: false } : { autorange: true }),
+      },
+      // Keeps a zoom the viewer made across refreshes; a new range resets it.
+      uirevision: revision,
+    };
+  }
+
+  function chartTraces(series, field) {
+    const spec = METRICS[field];
+    return series.map((s) => {
+      const { x, y } = lineXY(s.points, field);
+      return {
+        type: "scatter",
+        mode: s.points.length < 3 ? "lines+markers" : "lines",
+        name: s.label,
+        x,
+        y,
+        line: { width: 1.8, color: PALETTE[s.index % PALETTE.length] },
+        marker: { size: 5 },
+        hovertemplate: `${s.label}: %{y:.${spec.digits}f} ${spec.unit}<extra></extra>`,
+      };
+    });
+  }
+
+  const UNIT_WORDS = { s: "second", m: "minute", h: "hour" };
+
+  /* "raw" -> "Raw samples"; a rollup bucket such as "5m" -> "5-minute averages". */
+  function resolutionText(resolution) {
+    if (resolution === "raw") return "Raw samples";
+    const match = /^(\d+)([smh])$/.exec(resolution);
+    return match ? `${match[1]}-${UNIT_WORDS[match[2]]} averages` : `${resolution} averages`;
+  }
+
+  // --- time-series sections -------------------------------------------------------------------
+
+  function TelemetryPanel(section) {
+    this.section = section;
+    this.url = section.dataset.seriesUrl;
+    this.range = section.dataset.range;
+    this.intervalMs = Math.max(5, Number(section.dataset.intervalS) || 30) * 1000;
+    this.hasSamples = section.dataset.hasSamples === "true";
+    this.gpuIndex = Number(section.dataset.gpuIndex) || 0;
+    this.request = 0;
+    this.meta = section.querySelector("[data-telemetry-meta]");
+    this.empty = section.querySelector("[data-telemetry-empty]");
+    this.emptyNever = section.querySelector("[data-empty-never]");
+    this.emptyRange = section.querySelector("[data-empty-range]");
+    this.charts = section.querySelector("[data-telemetry-charts]");
+    this.links = Array.from(section.querySelectorAll("a[data-range]"));
+    this.links.forEach((link) => link.addEventListener("click", (event) => this.choose(event, link.dataset.range)));
+  }
+
+  TelemetryPanel.prototype.choose = function (event, range) {
+    event.preventDefault();
+    this.range = range;
+    this.links.forEach((link) => {
+      if (link.dataset.range === range) link.setAttribute("aria-current", "true");
+      else link.removeAttribute("aria-current");
+    });
+    const url = new URL(window.location.href);
+    url.searchParams.set("range", range);
+    window.history.replaceState(null, "", url);
+    this.load();
+  };
+
+  TelemetryPanel.prototype.load = async function () {
+    const request = ++this.request;
+    let payload;
+    try {
+      const response = await fetch(`${this.url}?range=${encodeURIComponent(this.range)}`, {
+        headers: { Accept: "application/json" },
+        credentials: "same-origin",
+      });
+      if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      payload = await response.json();
+    } catch (error) {
+      this.meta.textContent = `Could not load telemetry (${error.message}); retrying shortly.`;
+      return;
+    }
+    // A range picked while this request was in flight has started a newer one: let that win.
+    if (request === this.request) this.render(payload);
+  };
+
+  TelemetryPanel.prototype.render = function (payload) {
+    const series = seriesOf(payload, this.gpuIndex);
+    const any = series.some((s) => s.points.length > 0);
+    this.hasSamples = this.hasSamples || any;
+    this.empty.hidden = any;
+    this.emptyNever.hidden = this.hasSamples;
+    this.emptyRange.hidden = !this.hasSamples;
+    // Unhide before drawing: plotly sizes a chart from its container's width.
+    this.charts.hidden = !any;
+    this.section.dataset.loaded = "true";
+    if (!any) {
+      this.meta.textContent = "";
+      return;
+    }
+    const showLegend = series.length > 1;
+    this.charts.querySelectorAll("[data-metric]").forEach((el) => {
+      const field = el.dataset.metric;
+      window.Plotly.react(el, chartTraces(series, field), chartLayout(field, showLegend, payload.range), CONFIG);
+    });
+    this.meta.textContent = `${resolutionText(payload.resolution)} · updated ${clock(new Date())}`;
+  };
+
+  // --- overview heatmap -------------------------------------------------------------------------
+
+  function heatmapFigure(data) {
+    const nodes = data.nodes;
+    const columns = Math.max(1, ...nodes.map((node) => Math.max(0, ...node.gpus.map((gpu) => gpu.index + 1))));
+    const x = Array.from({ length: columns }, (_, i) => i);
+    const y = nodes.map((node) => node.name);
+    const util = [];
+    const silent = [];
+    const text = [];
+    const urls = {};
+    nodes.forEach((node) => {
+      const utilRow = new Array(columns).fill(null);
+      const silentRow = new Array(columns).fill(null);
+      const textRow = new Array(columns).fill("");
+      node.gpus.forEach((gpu) => {
+        const i = gpu.index;
+        urls[`${node.name}\u0000${i}`] = gpu.url;
+        const head = `<b>${node.name}</b> · GPU ${i}`;
+        if (gpu.utilization_pct === null) {
+          silentRow[i] = 1;
+          textRow[i] = `${head}<br>No telemetry yet`;
+          return;
+        }
+        utilRow[i] = gpu.utilization_pct;
+        const memory = gpu.memory_used_mib === null
+          ? "memory —"
+          : `memory ${formatMiB(gpu.memory_used_mib)} of ${formatMiB(gpu.memory_mib)}`;
+        const when = gpu.sampled_at ? `<br>sampled ${clock(new Date(gpu.sampled_at))}` : "";
+        textRow[i] = `${head}<br>utilization ${gpu.utilization_pct.toFixed(0)} %<br>${memory}${when}`;
+      });
+      util.push(utilRow);
+      silent.push(silentRow);
+      text.push(textRow);
+    });
+    const cells = { x, y, text, xgap: 3, ygap: 3, hoverinfo: "text", hoverongaps: false, type: "heatmap" };
+    const traces = [
+      { ...cells, z: silent, zmin: 0, zmax: 1, colorscale: [[0, NO_DATA], [1, NO_DATA]], showscale: false, name: "no telemetry" },
+      {
+        ...cells,
+        z: util,
+        zmin: 0,
+        zmax: 100,
+        colorscale: HEAT_SCALE,
+        name: "utilization",
+        colorbar: { title: { text: "%", side: "top" }, thickness: 12, outlinewidth: 0, tickfont: { color: MUTED } },
+        // Numbers in the cells while they are big enough to read.
+        texttemplate: nodes.length <= 40 && columns <= 16 ? "%{z:.0f}" : "",
+        textfont: { size: 11 },
+      },
+    ];
+    const rowPx = nodes.length > 40 ? 16 : 34;
+    const layout = {
+      autosize: true,
+      height: Math.max(190, nodes.length * rowPx + 60),
+      margin: { l: 10, r: 10, t: 30, b: 10 },
+      font: FONT,
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: "rgba(0,0,0,0)",
+      xaxis: {
+        side: "top",
+        tickvals: x,
+        ticktext: x.map((i) => `GPU ${i}`),
+        tickfont: { color: MUTED },
+        showgrid: false,
+        zeroline: false,
+        fixedrange: true,
+      },
+      yaxis: { type: "category", autorange: "reversed", automargin: true, showgrid: false, fixedrange: true },
+      uirevision: "heatmap",
+    };
+    return { traces, layout, urls };
+  }
+
+  function Heatmap(card) {
+    this.card = card;
+    this.chart = card.querySelector("[data-heatmap-chart]");
+    this.meta = card.querySelector("[data-heatmap-meta]");
+    this.empty = card.querySelector("[data-heatmap-empty]");
+    this.url = card.dataset.refreshUrl;
+    this.intervalMs = Math.max(5, Number(card.dataset.intervalS) || 30) * 1000;
+    this.urls = {};
+  }
+
+  Heatmap.prototype.render = function (data) {
+    const figure = heatmapFigure(data);
+    this.urls = figure.urls;
+    const first = !this.chart.classList.contains("js-plotly-plot");
+    window.Plotly.react(this.chart, figure.traces, figure.layout, { ...CONFIG, displayModeBar: false });
+    if (first) {
+      // Clicking a cell opens that GPU's page.
+      this.chart.on("plotly_click", (event) => {
+        const point = event.points && event.points[0];
+        const url = point && this.urls[`${point.y}\u0000${point.x}`];
+        if (url) window.location.assign(url);
+      });
+    }
+    const gpus = data.nodes.reduce((n, node) => n + node.gpus.length, 0);
+    this.empty.hidden = data.reporting_gpus > 0;
+    this.meta.textContent = `${data.reporting_gpus} of ${gpus} GPUs reporting · updated ${clock(new Date())}`;
+    this.card.dataset.loaded = "true";
+  };
+
+  Heatmap.prototype.load = async function () {
+    try {
+      const response = await fetch(this.url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+      if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      this.render(await response.json());
+    } catch (error) {
+      this.meta.textContent = `Could not refresh (${error.message}); retrying shortly.`;
+    }
+  };
+
+  // --- start ------------------------------------------------------------------------------------
+
+  /* Calls load() every intervalMs while the tab is visible, and at once when it becomes visible
+     again after a refresh was due. */
+  function keepFresh(widget) {
+    let last = Date.now();
+    const tick = () => {
+      if (document.hidden) return;
+      last = Date.now();
+      widget.load();
+    };
+    window.setInterval(tick, widget.intervalMs);
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden && Date.now() - last >= widget.intervalMs) tick();
+    });
+  }
+
+  function start() {
+    if (!window.Plotly) {
+      document.querySelectorAll("[data-telemetry-meta], [data-heatmap-meta]").forEach((el) => {
+        el.textContent = "Charts are unavailable: plotly.js did not load.";
+      });
+      return;
+    }
+    document.querySelectorAll("[data-telemetry]").forEach((section) => {
+      const panel = new TelemetryPanel(section);
+      panel.load();
+      keepFresh(panel);
+    });
+    document.querySelectorAll("[data-heatmap]").forEach((card) => {
+      const embedded = document.getElementById("heatmap-data");
+      if (!card.querySelector("[data-heatmap-chart]") || !embedded) return;
+      const heatmap = new Heatmap(card);
+      heatmap.render(JSON.parse(embedded.textContent));
+      keepFresh(heatmap);
+    });
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

@@ -1,0 +1,162 @@
+"""Telemetry charts in a real browser: plotly draws node and GPU time series and the overview heatmap
+from the API, the range picker reloads them, and a page fills by itself as samples arrive.
+
+Screenshots land in the test's tmp_path (run with `--basetemp DIR` to keep them somewhere known).
+"""
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+
+from nodes.choices import SharingMode
+from nodes.models import GPU, GPUSample, Node
+from tests.e2e.test_browser_nodes import sign_in, viewer_user  # noqa: F401 (fixture)
+from tests.nodes.factories import make_node
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+TRACES = ".js-plotly-plot .scatterlayer .trace"
+LINES = ".scatterlayer .trace"  # inside a chart element, which is itself the .js-plotly-plot
+
+
+def record_history(node: Node, minutes: int = 20, step_s: int = 30) -> None:
+    """`minutes` of samples every `step_s` for each GPU of `node`: smooth, different per GPU; the last
+    sample of each GPU is copied onto its row, as ingest does."""
+    now = timezone.now().replace(microsecond=0)
+    rows = []
+    for gpu in node.gpus.order_by("index"):
+        newest_first = []
+        for k in range(minutes * 60 // step_s):
+            phase = k / 6 + gpu.index
+            util = 45 + 30 * math.sin(phase) + 8 * gpu.index
+            newest_first.append(GPUSample(
+                gpu=gpu, ts=now - timedelta(seconds=k * step_s), utilization_pct=max(0.0, min(100.0, util)),
+                memory_used_mib=int(20000 + 9000 * math.cos(phase / 2) + 6000 * gpu.index), memory_total_mib=gpu.memory_mib,
+                power_w=round(220 + 3.6 * util, 1), temperature_c=round(38 + 0.35 * util, 1), source="simulated",
+            ))
+        latest = newest_first[0]
+        GPU.objects.filter(pk=gpu.pk).update(
+            utilization_pct=latest.utilization_pct, memory_used_mib=latest.memory_used_mib, power_w=latest.power_w,
+            temperature_c=latest.temperature_c, sampled_at=latest.ts,
+        )
+        rows += newest_first
+    GPUSample.objects.bulk_create(rows)
+
+
+@pytest.fixture
+def fleet() -> dict[str, Node]:
+    """gpu-a: 4 H100 with 20 min of samples; gpu-b: 2 A100 (GPU 1 silent); quiet: 1 L4 that never reported."""
+    a = make_node("gpu-a", gpu_count=4)
+    record_history(a)
+    b = make_node("gpu-b", "A100-SXM4-80GB", 2, sharing_mode=SharingMode.MIG)
+    record_history(b)
+    GPUSample.objects.filter(gpu__uuid="GPU-gpu-b-1").delete()
+    GPU.objects.filter(uuid="GPU-gpu-b-1").update(utilization_pct=None, memory_used_mib=None, power_w=None,
+                                                  temperature_c=None, sampled_at=None)
+    quiet = make_node("quiet", "L4", 1, gpu_memory_mib=23034)
+    return {"a": a, "b": b, "quiet": quiet}
+
+
+def test_node_charts_draw_one_line_per_gpu_and_follow_the_range(page: Page, live_server, viewer_user, fleet, tmp_path: Path):
+    base = live_server.url
+    sign_in(page, base)
+
+    page.goto(f"{base}/nodes/gpu-a/")
+    section = page.locator("[data-telemetry]")
+    expect(section.get_by_role("heading", name="Telemetry")).to_be_visible()
+    # Four charts, four GPUs each.
+    expect(section.locator(TRACES)).to_have_count(16)
+    for chart in ("utilization_pct", "memory_used_mib", "power_w", "temperature_c"):
+        expect(section.locator(f'[data-metric="{chart}"] {LINES}')).to_have_count(4)
+    expect(section.locator("[data-telemetry-meta]")).to_contain_text("Raw samples")
+    expect(section.locator(".legend text.legendtext").first).to_have_text("GPU 0")
+    expect(section.locator("[data-telemetry-empty]")).to_be_hidden()
+    page.screenshot(path=tmp_path / "node-charts.png", full_page=True)
+
+    # Each line has a point per sample: 40 samples over 20 minutes.
+    points = page.evaluate(
+        "() => document.querySelector('[data-metric=utilization_pct]').data.map((t) => t.y.filter((v) => v !== null).length)"
+    )
+    assert points == [40, 40, 40, 40]
+
+    page.get_by_role("link", name="7d", exact=True).click()
+    expect(page.get_by_role("link", name="7d", exact=True)).to_have_attribute("aria-current", "true")
+    expect(section.locator("[data-telemetry-meta]")).to_contain_text("5-minute averages")
+    assert page.url.endswith("/nodes/gpu-a/?range=7d")
+    # 20 minutes of samples fall into 4 or 5 five-minute buckets per GPU.
+    page.wait_for_function(
+        "() => document.querySelector('[data-metric=power_w]').data[0].y.filter((v) => v !== null).length <= 5"
+    )
+    page.screenshot(path=tmp_path / "node-charts-7d.png", full_page=True)
+
+
+def test_a_silent_node_fills_its_charts_without_a_reload(page: Page, live_server, viewer_user, fleet, settings, tmp_path: Path):
+    settings.TELEMETRY_POLL_INTERVAL_S = 5  # the charts refresh on the poll interval; 5 s keeps the test short
+    base = live_server.url
+    sign_in(page, base)
+
+    page.goto(f"{base}/nodes/quiet/")
+    empty = page.locator("[data-telemetry-empty]")
+    expect(empty).to_be_visible()
+    expect(empty).to_contain_text("No telemetry yet — samples arrive every 5 s")
+    page.screenshot(path=tmp_path / "node-empty.png", full_page=True)
+
+    record_history(fleet["quiet"], minutes=2)
+    expect(page.locator(f'[data-metric="utilization_pct"] {LINES}')).to_have_count(1, timeout=15_000)
+    expect(empty).to_be_hidden()
+
+
+def test_the_gpu_page_charts_one_gpu(page: Page, live_server, viewer_user, fleet, tmp_path: Path):
+    base = live_server.url
+    sign_in(page, base)
+
+    page.goto(f"{base}/nodes/gpu-a/gpus/2/")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("GPU 2")
+    expect(page.locator(f"[data-telemetry] {TRACES}")).to_have_count(4)
+    expect(page.get_by_role("link", name="GPU 3")).to_be_visible()
+    page.screenshot(path=tmp_path / "gpu-page.png", full_page=True)
+
+
+def test_the_overview_heatmap_shows_every_gpu_and_opens_one(page: Page, live_server, viewer_user, fleet, tmp_path: Path):
+    base = live_server.url
+    sign_in(page, base)
+
+    card = page.locator("[data-heatmap]")
+    expect(card.locator(".js-plotly-plot .heatmaplayer .hm")).to_have_count(2)  # utilization + "no telemetry" layer
+    expect(card.locator("[data-heatmap-meta]")).to_contain_text("5 of 7 GPUs reporting")
+    # Rows are nodes, columns GPU indexes; the silent GPUs are null in the utilization layer.
+    z = page.evaluate("() => document.querySelector('[data-heatmap-chart]').data[1].z")
+    assert [row is not None for row in z[0]] == [True, True, True, True]  # gpu-a
+    assert z[1][:2][0] is not None and z[1][1] is None  # gpu-b: GPU 1 silent
+    assert all(value is None for value in z[2])  # quiet
+    # Node names read top to bottom in name order.
+    ticks = page.evaluate(
+        """() => Array.from(document.querySelectorAll("[data-heatmap] .ytick text"))
+                      .sort((a, b) => a.getBoundingClientRect().top - b.getBoundingClientRect().top)
+                      .map((t) => t.textContent)"""
+    )
+    assert ticks == ["gpu-a", "gpu-b", "quiet"]
+    page.screenshot(path=tmp_path / "overview-heatmap.png", full_page=True)
+
+    # Click the middle of the cell of gpu-b / GPU 0 (row 2 of 3, column 1 of 4).
+    box = card.locator(".nsewdrag").first.bounding_box()
+    assert box
+    page.mouse.click(box["x"] + box["width"] * (0.5 / 4), box["y"] + box["height"] * (1.5 / 3))
+    page.wait_for_url(f"{base}/nodes/gpu-b/gpus/0/")
+
+
+def test_charts_fit_a_phone_screen(page: Page, live_server, viewer_user, fleet, tmp_path: Path):
+    base = live_server.url
+    sign_in(page, base)
+    page.set_viewport_size({"width": 390, "height": 844})
+    for name, path in (("overview", "/"), ("node", "/nodes/gpu-a/"), ("gpu", "/nodes/gpu-a/gpus/0/")):
+        page.goto(f"{base}{path}")
+        page.wait_for_selector(".js-plotly-plot")
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{path} overflows a narrow screen by {overflow}px"
+        page.screenshot(path=tmp_path / f"{name}-narrow.png", full_page=True)

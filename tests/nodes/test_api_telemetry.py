@@ -1,0 +1,368 @@
+"""`POST /api/v1/telemetry/`: who may post, what is stored, and 400s (never 500s) for bad batches."""
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from datetime import timezone as dt_timezone
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+from django.core.management import call_command
+from django.utils import timezone
+from drf_spectacular.drainage import reset_generator_stats
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from nodes.authentication import issue_agent_token
+from nodes.models import GPU, GPUSample, Node
+from tests.nodes.factories import make_node
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/telemetry/"
+
+
+@pytest.fixture
+def n1(db) -> Node:
+    return make_node("n1", gpu_count=2)
+
+
+@pytest.fixture
+def n2(db) -> Node:
+    return make_node("n2", gpu_count=1)
+
+
+@pytest.fixture
+def operator_api(operator) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(operator)
+    return client
+
+
+def iso(seconds_ago: float = 0) -> str:
+    return (timezone.now() - timedelta(seconds=seconds_ago)).isoformat()
+
+
+def sample(uuid: str = "GPU-n1-0", seconds_ago: float = 0, **overrides: Any) -> dict[str, Any]:
+    return {
+        "gpu_uuid": uuid,
+        "ts": iso(seconds_ago),
+        "utilization_pct": 42.5,
+        "memory_used_mib": 2048,
+        "memory_total_mib": 81920,
+        "power_w": 250.0,
+        "temperature_c": 61.0,
+        **overrides,
+    }
+
+
+def batch(*samples: dict[str, Any], node: str = "n1") -> dict[str, Any]:
+    return {"node": node, "samples": list(samples) or [sample("GPU-n1-0"), sample("GPU-n1-1")]}
+
+
+def post(client: APIClient, body: Any):  # type: ignore[no-untyped-def]
+    return client.post(URL, body, format="json")
+
+
+# --- storing ------------------------------------------------------------------------------------
+
+
+def test_it_stores_a_batch_and_answers_201_with_counts(operator_api, n1):
+    response = post(operator_api, batch())
+
+    assert response.status_code == 201
+    assert response.json() == {"stored": 2, "duplicates": 0}
+    assert set(GPUSample.objects.values_list("gpu__uuid", "source")) == {("GPU-n1-0", "api"), ("GPU-n1-1", "api")}
+
+
+def test_it_shows_the_latest_values_on_the_gpu_in_the_api(operator_api, n1):
+    post(operator_api, batch(sample(seconds_ago=30, utilization_pct=10.0), sample(utilization_pct=77.0)))
+
+    gpu = operator_api.get("/api/v1/gpus/GPU-n1-0/").json()
+
+    assert gpu["utilization_pct"] == 77.0
+    assert gpu["memory_used_mib"] == 2048
+    assert gpu["power_w"] == 250.0
+    assert gpu["temperature_c"] == 61.0
+    assert gpu["sampled_at"] is not None
+
+
+def test_it_counts_a_reposted_batch_as_duplicates(operator_api, n1):
+    body = batch()
+    assert post(operator_api, body).json() == {"stored": 2, "duplicates": 0}
+
+    response = post(operator_api, body)
+
+    assert response.status_code == 201
+    assert response.json() == {"stored": 0, "duplicates": 2}
+    assert GPUSample.objects.count() == 2
+
+
+def test_it_accepts_samples_with_metrics_missing_or_null(operator_api, n1):
+    bare = {"gpu_uuid": "GPU-n1-0", "ts": iso()}
+    nulls = {"gpu_uuid": "GPU-n1-1", "ts": iso(), "utilization_pct": None, "power_w": None, "sm_clock_mhz": None}
+
+    response = post(operator_api, batch(bare, nulls))
+
+    assert response.status_code == 201
+    assert list(GPUSample.objects.values_list("utilization_pct", "power_w", "memory_used_mib").order_by().distinct()) == [
+        (None, None, None)
+    ]
+
+
+def test_it_accepts_whole_numbers_for_float_fields_and_integral_floats_for_integers(operator_api, n1):
+    response = post(operator_api, batch(sample(utilization_pct=50, memory_used_mib=1024.0)))
+
+    assert response.status_code == 201
+    assert GPUSample.objects.get().memory_used_mib == 1024
+
+
+def test_it_reads_offsets_and_stores_utc(operator_api, n1):
+    taken = (timezone.now() - timedelta(seconds=30)).replace(microsecond=0)
+    local = taken.astimezone(dt_timezone(timedelta(hours=2)))
+
+    response = post(operator_api, batch(sample(ts=local.isoformat())))
+
+    assert response.status_code == 201
+    assert local.isoformat().endswith("+02:00")
+    stored = GPUSample.objects.get().ts
+    assert stored == taken
+    assert stored.utcoffset() == timedelta(0)
+
+
+# --- who may post ---------------------------------------------------------------------------------
+
+
+def test_it_answers_401_to_anonymous_posts(api, n1):
+    response = post(api, batch())
+
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == 'Bearer realm="gpuplane-agent"'
+
+
+@pytest.mark.parametrize("role_fixture", ["viewer", "outsider"])
+def test_it_refuses_users_below_operator(api, n1, role_fixture, request):
+    api.force_authenticate(request.getfixturevalue(role_fixture))
+
+    assert post(api, batch()).status_code == 403
+    assert GPUSample.objects.count() == 0
+
+
+def test_it_lets_an_admin_post(api, n1, admin_user):
+    api.force_authenticate(admin_user)
+
+    assert post(api, batch()).status_code == 201
+
+
+def test_it_takes_a_users_api_token_beside_agent_tokens(api, n1, operator):
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=operator).key}")
+
+    assert post(api, batch()).status_code == 201
+
+
+def test_it_lets_an_agent_post_for_its_own_node(api, n1):
+    _, key = issue_agent_token(n1)
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+
+    response = post(api, batch())
+
+    assert response.status_code == 201
+    assert set(GPUSample.objects.values_list("source", flat=True)) == {"agent"}
+
+
+def test_it_refuses_an_agent_posting_for_another_node(api, n1, n2):
+    _, key = issue_agent_token(n1)
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+
+    response = post(api, batch(sample("GPU-n2-0"), node="n2"))
+
+    assert response.status_code == 403
+    assert "n1" in response.json()["detail"]
+    assert GPUSample.objects.count() == 0
+
+
+def test_it_refuses_an_agent_smuggling_another_nodes_gpu_into_its_batch(api, n1, n2):
+    _, key = issue_agent_token(n1)
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+
+    response = post(api, batch(sample("GPU-n1-0"), sample("GPU-n2-0")))
+
+    assert response.status_code == 400
+    assert response.json() == {"samples": {"1": {"gpu_uuid": ["GPU 'GPU-n2-0' is not a GPU of node 'n1'."]}}}
+    assert GPUSample.objects.count() == 0
+
+
+def test_it_allows_only_post(operator_api, n1):
+    assert operator_api.get(URL).status_code == 405
+
+
+# --- bad batches: 400 with field messages, nothing stored -----------------------------------------
+
+LIMIT = 2**31 - 1
+
+
+def with_sample(**overrides: Any) -> dict[str, Any]:
+    return batch(sample("GPU-n1-0", seconds_ago=30), sample("GPU-n1-1", **overrides))
+
+
+def without(key: str) -> dict[str, Any]:
+    body = with_sample()
+    del body["samples"][1][key]
+    return body
+
+
+BAD_BATCHES: list[tuple[str, Callable[[], Any], tuple[str, ...], str]] = [
+    # (case, body (built when the test runs: timestamps are relative to now), path to the messages, regex)
+    ("utilization as text", lambda: with_sample(utilization_pct="high"), ("samples", "1", "utilization_pct"), "number is required, not str"),
+    ("number in a string", lambda: with_sample(utilization_pct="50"), ("samples", "1", "utilization_pct"), "not str"),
+    ("boolean memory", lambda: with_sample(memory_used_mib=True), ("samples", "1", "memory_used_mib"), "not bool"),
+    ("fractional memory", lambda: with_sample(memory_used_mib=1.5), ("samples", "1", "memory_used_mib"), "valid integer"),
+    ("memory as a list", lambda: with_sample(memory_total_mib=[1]), ("samples", "1", "memory_total_mib"), "not list"),
+    ("utilization over 100", lambda: with_sample(utilization_pct=100.1), ("samples", "1", "utilization_pct"), "less than or equal to 100"),
+    ("negative utilization", lambda: with_sample(utilization_pct=-1), ("samples", "1", "utilization_pct"), "greater than or equal to 0"),
+    ("negative memory", lambda: with_sample(memory_used_mib=-5), ("samples", "1", "memory_used_mib"), "greater than or equal to 0"),
+    ("memory past int32", lambda: with_sample(memory_used_mib=LIMIT + 1), ("samples", "1", "memory_used_mib"), str(LIMIT)),
+    ("huge integer", lambda: with_sample(power_w=10**400), ("samples", "1", "power_w"), "too large"),
+    ("negative power", lambda: with_sample(power_w=-0.1), ("samples", "1", "power_w"), "greater than or equal to 0"),
+    ("too cold", lambda: with_sample(temperature_c=-51), ("samples", "1", "temperature_c"), "-50"),
+    ("too hot", lambda: with_sample(temperature_c=150.5), ("samples", "1", "temperature_c"), "150"),
+    ("missing gpu_uuid", lambda: without("gpu_uuid"), ("samples", "1", "gpu_uuid"), "required"),
+    ("missing ts", lambda: without("ts"), ("samples", "1", "ts"), "required"),
+    ("null ts", lambda: with_sample(ts=None), ("samples", "1", "ts"), "may not be null"),
+    ("missing node", lambda: {"samples": [sample()]}, ("node",), "required"),
+    ("missing samples", lambda: {"node": "n1"}, ("samples",), "required"),
+    ("empty body", lambda: {}, ("node",), "required"),
+    ("unknown node", lambda: batch(sample(), node="n9"), ("node",), "Unknown node 'n9'"),
+    ("unknown GPU", lambda: with_sample(gpu_uuid="GPU-ghost"), ("samples", "1", "gpu_uuid"), "Unknown GPU 'GPU-ghost'"),
+    ("GPU of another node", lambda: with_sample(gpu_uuid="GPU-n2-0"), ("samples", "1", "gpu_uuid"), "not a GPU of node 'n1'"),
+    ("10 minutes ahead", lambda: with_sample(seconds_ago=-600), ("samples", "1", "ts"), r"is 600 s in the future \(allowed skew 120 s\)"),
+    ("naive timestamp", lambda: with_sample(ts="2026-03-02T12:00:00"), ("samples", "1", "ts"), "must have a timezone"),
+    ("not a timestamp", lambda: with_sample(ts="yesterday"), ("samples", "1", "ts"), "wrong format"),
+    ("year 1 east of UTC", lambda: with_sample(ts="0001-01-01T00:00:00+01:00"), ("samples", "1", "ts"), "out of range"),
+    ("year 9999 west of UTC", lambda: with_sample(ts="9999-12-31T23:59:59-01:00"), ("samples", "1", "ts"), "out of range"),
+    ("timestamp as a number", lambda: with_sample(ts=1767225600), ("samples", "1", "ts"), "wrong format"),
+    ("40 days old", lambda: with_sample(seconds_ago=40 * 86400), ("samples", "1", "ts"), "older than the rollup retention"),
+    ("samples is text", lambda: {"node": "n1", "samples": "GPU-n1-0"}, ("samples",), "Expected a list"),
+    ("samples is an object", lambda: {"node": "n1", "samples": {"0": sample()}}, ("samples",), "Expected a list"),
+    ("a sample is a number", lambda: batch(sample(), 7), ("samples", "1", "non_field_errors"), "Expected a dictionary"),
+    ("body is a list", lambda: [sample()], ("non_field_errors",), "Expected a dictionary"),
+    ("misspelt metric", lambda: with_sample(utilisation_pct=50), ("samples", "1", "utilisation_pct"), "Unknown field"),
+    ("unknown top-level key", lambda: {**batch(), "source": "nvml"}, ("source",), "Unknown field"),
+    ("NUL in a GPU UUID", lambda: with_sample(gpu_uuid="GPU-n1-1\x00"), ("samples", "1", "gpu_uuid"), "Null characters"),
+    ("NUL in the node", lambda: batch(sample(), node="n1\x00"), ("node",), "Null characters"),
+    ("node name too long", lambda: batch(sample(), node="n" * 300), ("node",), "no more than 253"),
+]
+
+
+def message_at(errors: Any, path: tuple[str, ...]) -> str:
+    for key in path:
+        errors = errors[key]
+    assert isinstance(errors, list), errors
+    return " ".join(str(message) for message in errors)
+
+
+@pytest.mark.parametrize("case, body, path, pattern", BAD_BATCHES, ids=[case[0] for case in BAD_BATCHES])
+def test_it_answers_400_with_field_messages_and_stores_nothing(operator_api, n1, n2, case, body, path, pattern):
+    response = post(operator_api, body())
+
+    assert response.status_code == 400, response.content
+    assert re.search(pattern, message_at(response.json(), path)), response.json()
+    # Sample 0 of most bodies is valid: it must not have been stored without its batch.
+    assert GPUSample.objects.count() == 0
+    assert not GPU.objects.filter(sampled_at__isnull=False).exists()
+
+
+def test_it_rejects_more_samples_than_the_batch_limit_naming_it(operator_api, n1, settings):
+    settings.TELEMETRY_MAX_BATCH = 5000
+    too_many = [sample(seconds_ago=i) for i in range(5001)]
+
+    response = post(operator_api, batch(*too_many))
+
+    assert response.status_code == 400
+    assert response.json() == {"samples": ["At most 5000 samples per batch (TELEMETRY_MAX_BATCH); got 5001."]}
+    assert GPUSample.objects.count() == 0
+
+
+def test_it_follows_the_batch_limit_setting(operator_api, n1, settings):
+    settings.TELEMETRY_MAX_BATCH = 2
+
+    assert post(operator_api, batch(sample(seconds_ago=60), sample(seconds_ago=30), sample())).status_code == 400
+    assert post(operator_api, batch(sample(seconds_ago=30), sample())).status_code == 201
+
+
+@pytest.mark.parametrize(
+    "raw, content_type, status",
+    [
+        ('{"node": "n1", "samples": [', "application/json", 400),  # truncated JSON
+        ('{"node": "n1", "samples": [{"gpu_uuid": "GPU-n1-0", "ts": "%s", "power_w": NaN}]}', "application/json", 400),
+        ("node=n1&samples=x", "application/x-www-form-urlencoded", 415),
+    ],
+)
+def test_it_refuses_bodies_that_are_not_clean_json(operator_api, n1, raw, content_type, status):
+    body = raw % iso() if "%s" in raw else raw
+
+    response = operator_api.generic("POST", URL, body, content_type=content_type)
+
+    assert response.status_code == status
+    assert GPUSample.objects.count() == 0
+
+
+# --- OpenAPI --------------------------------------------------------------------------------------
+
+
+def test_it_is_documented_in_the_schema_without_warnings(tmp_path):
+    path = tmp_path / "schema.yaml"
+    reset_generator_stats()
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(path))
+    schema = yaml.safe_load(path.read_text())
+
+    operation = schema["paths"]["/api/v1/telemetry/"]["post"]
+    assert set(schema["paths"]["/api/v1/telemetry/"]) == {"post"}
+    assert {"agentTokenAuth": []} in operation["security"]
+    assert {"tokenAuth": []} in operation["security"]
+    assert set(operation["responses"]) == {"201", "400", "401", "403"}
+    batch_schema = schema["components"]["schemas"]["TelemetryBatch"]
+    assert batch_schema["properties"]["samples"]["maxItems"] == 5000
+    sample_schema = schema["components"]["schemas"]["TelemetrySample"]["properties"]
+    assert sample_schema["utilization_pct"]["maximum"] == 100
+    assert sample_schema["ts"]["format"] == "date-time"
+    # Agent tokens are accepted by telemetry only: the inventory does not list them.
+    assert {"agentTokenAuth": []} not in schema["paths"]["/api/v1/nodes/"]["get"]["security"]
+    assert schema["components"]["securitySchemes"]["agentTokenAuth"]["scheme"] == "bearer"
+
+
+# --- fuzzing: whatever the body, a 201 or a 400 -----------------------------------------------------
+
+JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+    max_leaves=8,
+)
+SAMPLE_KEYS = ["gpu_uuid", "ts", "utilization_pct", "memory_used_mib", "memory_total_mib", "power_w", "temperature_c"]
+FUZZ_SAMPLES = st.fixed_dictionaries(
+    {},
+    optional={
+        "gpu_uuid": st.sampled_from(["GPU-n1-0", "GPU-n1-1", "GPU-n2-0", "GPU-?"]) | JSON_VALUES,
+        "ts": st.datetimes(timezones=st.none() | st.timezones()).map(lambda d: d.isoformat()) | JSON_VALUES,
+        **{key: st.floats(allow_nan=False, allow_infinity=False) | st.integers() | JSON_VALUES for key in SAMPLE_KEYS[2:]},
+    },
+)
+FUZZ_BODIES = st.fixed_dictionaries(
+    {}, optional={"node": st.sampled_from(["n1", "n2", "n9"]) | JSON_VALUES, "samples": st.lists(FUZZ_SAMPLES, max_size=4) | JSON_VALUES}
+) | JSON_VALUES
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=FUZZ_BODIES)
+def test_it_never_answers_500_whatever_the_body(operator_api, n1, n2, body):
+    before = GPUSample.objects.count()
+
+    response = post(operator_api, body)
+
+    assert response.status_code in (201, 400), (response.status_code, body, response.content[:300])
+    if response.status_code == 400:
+        assert GPUSample.objects.count() == before  # all or nothing

@@ -1,0 +1,256 @@
+"""nodes.telemetry.ingest_samples: all-or-nothing batches, duplicates, latest values on GPU rows."""
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from nodes.models import GPU, GPUSample
+from nodes.telemetry import IngestResult, SampleIn, TelemetryRejected, ingest_samples
+from tests.nodes.factories import make_node
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+
+
+def sample(uuid: str = "GPU-n1-0", ts: datetime = NOW, **metrics) -> SampleIn:
+    values = {"utilization_pct": 50.0, "memory_used_mib": 1024, "power_w": 200.0, "temperature_c": 60.0}
+    return SampleIn(gpu_uuid=uuid, ts=ts, **{**values, **metrics})
+
+
+@pytest.fixture
+def n1(db):
+    return make_node("n1", gpu_count=2)
+
+
+@pytest.fixture
+def n2(db):
+    return make_node("n2", gpu_count=1)
+
+
+def test_it_stores_every_sample_with_its_source(n1):
+    batch = [sample(ts=NOW - timedelta(seconds=30)), sample(ts=NOW, memory_total_mib=81920, sm_clock_mhz=1980)]
+
+    result = ingest_samples(batch, node=n1, source="nvml", now=NOW)
+
+    assert result == IngestResult(stored=2, duplicates=0)
+    stored = list(GPUSample.objects.order_by("ts").values("ts", "memory_total_mib", "sm_clock_mhz", "source"))
+    assert stored == [
+        {"ts": NOW - timedelta(seconds=30), "memory_total_mib": None, "sm_clock_mhz": None, "source": "nvml"},
+        {"ts": NOW, "memory_total_mib": 81920, "sm_clock_mhz": 1980, "source": "nvml"},
+    ]
+
+
+def test_it_ignores_a_resent_batch_exactly_once(n1):
+    batch = [sample("GPU-n1-0"), sample("GPU-n1-1"), sample("GPU-n1-0", ts=NOW - timedelta(seconds=30))]
+    assert ingest_samples(batch, now=NOW) == IngestResult(stored=3, duplicates=0)
+
+    again = ingest_samples(batch, now=NOW)
+
+    assert again == IngestResult(stored=0, duplicates=3)
+    assert GPUSample.objects.count() == 3
+
+
+def test_it_counts_a_partly_new_batch(n1):
+    ingest_samples([sample(ts=NOW - timedelta(seconds=30))], now=NOW)
+
+    result = ingest_samples([sample(ts=NOW - timedelta(seconds=30)), sample(ts=NOW)], now=NOW)
+
+    assert result == IngestResult(stored=1, duplicates=1)
+
+
+def test_it_stores_a_sample_repeated_inside_one_batch_once(n1):
+    result = ingest_samples([sample(utilization_pct=10.0), sample(utilization_pct=10.0)], now=NOW)
+
+    assert result == IngestResult(stored=1, duplicates=1)
+    assert GPUSample.objects.count() == 1
+
+
+def test_it_accepts_gpus_of_several_nodes_without_a_node(n1, n2):
+    result = ingest_samples([sample("GPU-n1-0"), sample("GPU-n2-0")], now=NOW)
+
+    assert result.stored == 2
+
+
+def test_it_accepts_an_empty_batch(n1):
+    assert ingest_samples([], node=n1, now=NOW) == IngestResult(stored=0, duplicates=0)
+
+
+# --- latest values on GPU rows ------------------------------------------------------------------
+
+
+def latest(uuid: str) -> dict:
+    return GPU.objects.values("utilization_pct", "memory_used_mib", "power_w", "temperature_c", "sampled_at").get(
+        uuid=uuid
+    )
+
+
+def test_it_copies_each_gpus_newest_sample_of_the_batch_onto_its_row(n1):
+    # Out of order on purpose: the newest (NOW) sits in the middle.
+    ingest_samples(
+        [
+            sample(ts=NOW - timedelta(seconds=60), utilization_pct=10.0),
+            sample(ts=NOW, utilization_pct=30.0, memory_used_mib=2048, power_w=250.5, temperature_c=70.0),
+            sample(ts=NOW - timedelta(seconds=30), utilization_pct=20.0),
+        ],
+        now=NOW,
+    )
+
+    assert latest("GPU-n1-0") == {
+        "utilization_pct": 30.0, "memory_used_mib": 2048, "power_w": 250.5, "temperature_c": 70.0, "sampled_at": NOW,
+    }
+    assert latest("GPU-n1-1")["sampled_at"] is None  # not in the batch: untouched
+
+
+def test_it_never_lets_an_older_sample_overwrite_newer_latest_values(n1):
+    ingest_samples([sample(ts=NOW, utilization_pct=80.0)], now=NOW)
+
+    # A late batch (an agent flushing its buffer) with an older sample, and one for the other GPU.
+    result = ingest_samples(
+        [sample("GPU-n1-0", ts=NOW - timedelta(minutes=5), utilization_pct=5.0), sample("GPU-n1-1", ts=NOW)], now=NOW
+    )
+
+    assert result.stored == 2  # the old sample is still kept for the charts
+    assert latest("GPU-n1-0")["utilization_pct"] == 80.0
+    assert latest("GPU-n1-0")["sampled_at"] == NOW
+    assert latest("GPU-n1-1")["sampled_at"] == NOW
+
+
+def test_it_replaces_latest_values_with_a_newer_sample_including_its_gaps(n1):
+    ingest_samples([sample(ts=NOW - timedelta(seconds=30), power_w=300.0)], now=NOW)
+
+    ingest_samples([sample(ts=NOW, utilization_pct=12.5, power_w=None)], now=NOW)
+
+    # The newer sample could not read power: the row says "unknown", not the 30 s old figure.
+    assert latest("GPU-n1-0")["utilization_pct"] == 12.5
+    assert latest("GPU-n1-0")["power_w"] is None
+    assert latest("GPU-n1-0")["sampled_at"] == NOW
+
+
+def test_the_database_guards_latest_values_even_when_the_read_was_stale(n1):
+    """Two batches racing: the row became newer after ingest read it; the UPDATE's WHERE still refuses."""
+    from nodes import telemetry
+
+    GPU.objects.filter(uuid="GPU-n1-0").update(sampled_at=NOW, utilization_pct=99.0)
+    older = sample(ts=NOW - timedelta(seconds=30), utilization_pct=1.0)
+    gpu_id = GPU.objects.get(uuid="GPU-n1-0").pk
+
+    telemetry._update_latest({gpu_id: older})  # what ingest would run had it read sampled_at=None
+
+    assert latest("GPU-n1-0")["utilization_pct"] == 99.0
+
+
+def test_it_uses_the_same_few_queries_for_one_gpu_and_for_forty(db):
+    make_node("big", gpu_count=40)
+
+    def queries(uuids: list[str], ts: datetime) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            ingest_samples([sample(uuid, ts=ts) for uuid in uuids], now=NOW)
+        return len(captured)
+
+    one = queries(["GPU-big-0"], NOW - timedelta(seconds=60))
+    forty = queries([f"GPU-big-{i}" for i in range(40)], NOW)
+
+    assert one == forty
+    # resolve + INSERT + UPDATE (+ SAVEPOINT/RELEASE inside the test's transaction)
+    assert forty <= 5
+
+
+# --- refusals: nothing stored -------------------------------------------------------------------
+
+
+def assert_nothing_stored() -> None:
+    assert GPUSample.objects.count() == 0
+    assert not GPU.objects.filter(sampled_at__isnull=False).exists()
+
+
+@pytest.mark.parametrize(
+    "bad, field, message",
+    [
+        (sample("GPU-nope"), "gpu_uuid", "Unknown GPU 'GPU-nope'."),
+        (sample("GPU-n2-0"), "gpu_uuid", "GPU 'GPU-n2-0' is not a GPU of node 'n1'."),
+        (sample(ts=NOW + timedelta(minutes=10)), "ts", "is 600 s in the future (allowed skew 120 s)"),
+        (sample(ts=datetime(2026, 3, 2, 12, 0)), "ts", "must have a timezone (an ISO 8601 time with Z or an offset)"),
+        (sample(ts=NOW - timedelta(days=31)), "ts", "is older than the rollup retention (30 days)"),
+        (sample(utilization_pct=100.5), "utilization_pct", "must be between 0 and 100; got 100.5"),
+        (sample(memory_used_mib=-1), "memory_used_mib", f"must be between 0 and {2**31 - 1}; got -1"),
+        (sample(power_w=-0.5), "power_w", "must be at least 0; got -0.5"),
+        (sample(temperature_c=151.0), "temperature_c", "must be between -50 and 150; got 151.0"),
+        (sample(power_w=float("nan")), "power_w", "must be a finite number; got nan"),
+        (sample(utilization_pct=True), "utilization_pct", "must be a finite number; got True"),
+    ],
+)
+def test_it_rejects_a_batch_with_one_bad_sample_and_stores_nothing(n1, n2, settings, bad, field, message):
+    settings.TELEMETRY_ROLLUP_RETENTION_D = 30
+    settings.TELEMETRY_MAX_FUTURE_SKEW_S = 120
+    batch = [sample("GPU-n1-0", ts=NOW - timedelta(seconds=30)), sample("GPU-n1-1"), bad]
+
+    with pytest.raises(TelemetryRejected) as caught:
+        ingest_samples(batch, node=n1, now=NOW)
+
+    assert caught.value.errors == {"samples": {"2": {field: [message]}}}
+    assert_nothing_stored()
+
+
+def test_it_reports_every_bad_sample_and_field_at_once(n1):
+    batch = [sample(), sample("GPU-x", ts=NOW + timedelta(hours=1)), sample(utilization_pct=-1.0, temperature_c=-60.0)]
+
+    with pytest.raises(TelemetryRejected) as caught:
+        ingest_samples(batch, node=n1, now=NOW)
+
+    assert caught.value.errors == {
+        "samples": {
+            "1": {"gpu_uuid": ["Unknown GPU 'GPU-x'."], "ts": ["is 3600 s in the future (allowed skew 120 s)"]},
+            "2": {
+                "utilization_pct": ["must be between 0 and 100; got -1.0"],
+                "temperature_c": ["must be between -50 and 150; got -60.0"],
+            },
+        }
+    }
+    assert_nothing_stored()
+
+
+def test_it_accepts_a_timestamp_exactly_at_the_allowed_skew(n1, settings):
+    settings.TELEMETRY_MAX_FUTURE_SKEW_S = 120
+
+    assert ingest_samples([sample(ts=NOW + timedelta(seconds=120))], now=NOW).stored == 1
+    with pytest.raises(TelemetryRejected):
+        ingest_samples([sample(ts=NOW + timedelta(seconds=121))], now=NOW)
+
+
+def test_it_rejects_an_oversized_batch_naming_the_limit(n1, settings):
+    settings.TELEMETRY_MAX_BATCH = 3
+    batch = [sample(ts=NOW - timedelta(seconds=30 * i)) for i in range(4)]
+
+    with pytest.raises(TelemetryRejected) as caught:
+        ingest_samples(batch, now=NOW)
+
+    assert caught.value.errors == {"samples": ["At most 3 samples per batch (TELEMETRY_MAX_BATCH); got 4."]}
+    assert_nothing_stored()
+    assert ingest_samples(batch[:3], now=NOW).stored == 3
+
+
+def test_the_ingest_benchmark_runs_on_its_own_database_and_reports_the_figures():
+    """bench/ingest.py end to end at a tiny size, in a subprocess: it makes and drops its own database."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "bench/ingest.py", "--gpus", "20", "--intervals", "2", "--json"],
+        cwd=root, capture_output=True, text=True, timeout=120, check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["gpus"], result["nodes"], result["intervals"]) == (20, 3, 2)  # 8 + 8 + 4 GPUs
+    assert result["stored_samples"] == 20 * 5  # warm-up + 2 through the API + 2 through the service
+    for key in ("samples_per_s", "cpu_seconds_per_interval", "batch_p50_ms", "batch_p99_ms"):
+        assert result[key] > 0, key
+    assert result["batch_p50_ms"] <= result["batch_p99_ms"]
+    assert result["database"].split()[0] in {"sqlite", "postgresql"}

@@ -1,0 +1,102 @@
+"""Must-show 3: concurrent deploys through the HTTP API never over-allocate (PostgreSQL only).
+
+200 requests from a pool of threads, each thread with its own database connection, race for a
+cluster with exactly 50 free whole GPUs. SQLite serialises every writer, so the race only exists
+on PostgreSQL; these tests are skipped elsewhere.
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connection, connections
+from django.test import Client
+
+from nodes.models import GPU, Partition
+from scheduler import services
+from scheduler.models import Deployment, Placement
+from tests.scheduler.inventory import check_invariants, free_whole_gpus, whole_gpu_cluster
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql",
+                       reason="needs PostgreSQL: SQLite serialises all writers, so there is no race to test"),
+]
+
+FREE_GPUS = 50
+REQUESTS = 200
+WORKERS = 24  # well under PostgreSQL's default max_connections of 100
+
+
+@pytest.fixture(autouse=True)
+def no_watch(monkeypatch):
+    """Transactions really commit here: keep the watch task off the broker."""
+    monkeypatch.setattr(services, "_enqueue_watch", lambda deployment_id: None)
+
+
+def deploy_all(operator, gpu_counts: list[int]) -> list[tuple[int, int, dict]]:
+    """POST one deployment per entry of ``gpu_counts`` from the thread pool; (gpus, status, body)."""
+
+    def one(number: int, gpus: int) -> tuple[int, int, dict]:
+        try:
+            client = Client()
+            client.force_login(operator)
+            response = client.post(
+                "/api/v1/deployments/",
+                {"name": f"race-{number}", "model": "m", "memory_gb": 40, "gpu_count": gpus, "sharing": "exclusive",
+                 "allow_default_scheduler": False},
+                content_type="application/json",
+            )
+            return gpus, response.status_code, response.json()
+        finally:
+            connections.close_all()  # this thread's connection; the pool may reuse the thread
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        return list(pool.map(one, range(len(gpu_counts)), gpu_counts))
+
+
+def test_200_one_gpu_deploys_against_50_free_gpus(operator):
+    whole_gpu_cluster(FREE_GPUS, busy_per_node=1)
+    assert free_whole_gpus() == FREE_GPUS
+
+    results = deploy_all(operator, [1] * REQUESTS)
+
+    statuses = Counter(status for _gpus, status, _body in results)
+    assert statuses == {201: FREE_GPUS, 409: REQUESTS - FREE_GPUS}, statuses
+    for _gpus, status, body in results:
+        if status == 409:  # a clean NoCapacity: the diagnosis, not a conflict that gave up
+            assert body["detail"].startswith("0/8 nodes are available: "), body["detail"]
+            assert body["decision"]["outcome"] == "unschedulable"
+    assert free_whole_gpus() == 0
+    assert Deployment.objects.count() == FREE_GPUS
+    assert Partition.objects.filter(placement__isnull=False).count() == FREE_GPUS
+    assert all(milli == 1000 for milli in GPU.objects.values_list("allocated_milli", flat=True))
+    check_invariants()
+
+
+def test_mixed_1_2_4_8_gpu_deploys_never_over_allocate(operator):
+    whole_gpu_cluster(FREE_GPUS, busy_per_node=0)  # 6 nodes of 8 free GPUs and one of 2
+    sizes = [1, 2, 4, 8] * (REQUESTS // 4)
+    random.Random(3).shuffle(sizes)
+
+    results = deploy_all(operator, sizes)
+
+    statuses = Counter(status for _gpus, status, _body in results)
+    assert set(statuses) <= {201, 409}, statuses
+    placed_gpus = sum(gpus for gpus, status, _body in results if status == 201)
+    assert 0 < placed_gpus <= FREE_GPUS
+    for _gpus, status, body in results:
+        if status == 409:
+            assert body["detail"].startswith("0/7 nodes are available: "), body["detail"]
+    held = Partition.objects.filter(placement__isnull=False)
+    assert held.count() == placed_gpus
+    assert held.values("pk").distinct().count() == placed_gpus
+    # Every placement holds exactly its gang, on one node.
+    for placement in Placement.objects.prefetch_related("partitions__gpu"):
+        gpus = list(placement.partitions.all())
+        assert len(gpus) == placement.deployment.gpu_count
+        assert {p.gpu.node_id for p in gpus} == {placement.node_id}
+    check_invariants()
