@@ -332,6 +332,8 @@ class NodeDetailView(RoleRequiredMixin, DetailView):
             mean_utilization_pct=sum(utilizations) / len(utilizations) if utilizations else None,
             partitions_n=len(partitions),
             partitions_used_n=sum(1 for p in partitions if p.occupant is not None),
+            # In GPU share, as on the list: weighted-MPS shares exist only once handed out.
+            allocated_gpus=sum(row.gpu.allocated_milli for row in rows) / SHARE_MILLI_FULL,
             config_pending=bool(node.desired_config) and node.desired_config != node.applied_config,
             memory_allocatable=format_mib(node.memory_allocatable_mib) if node.memory_allocatable_mib else "—",
             **telemetry_context(

@@ -358,3 +358,10 @@ def test_pages_use_a_fixed_number_of_queries(viewer_client, cluster, django_asse
             viewer_client.get(f"/nodes/{name}/")
     with django_assert_max_num_queries(10):  # 9 + the heatmap's one query over all GPUs
         viewer_client.get("/")
+
+
+def test_the_detail_states_allocation_in_gpu_share(viewer_client, cluster):
+    body = viewer_client.get("/nodes/gpu-mps-a/").content.decode()
+    # One 250-milli MPS slot of 2 GPUs: 250 / 1000 = 0.25 GPU; partitions: 1 of 2 x 4 slots.
+    assert "<dt>Allocated</dt><dd>0.25 / 2 GPUs</dd>" in body
+    assert "<dt>Partitions used</dt><dd>1 / 8</dd>" in body
