@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth.mixins import LoginRequiredMixin
@@ -15,6 +15,9 @@ from gpuplane.roles import VIEWER, has_role
 from nodes.choices import SharingMode
 from nodes.models import GPU, Node, Partition
 from nodes.summaries import cluster_heatmap
+
+if TYPE_CHECKING:
+    from django_filters import FilterSet
 
 
 class RoleRequiredMixin(LoginRequiredMixin):
@@ -31,6 +34,28 @@ class RoleRequiredMixin(LoginRequiredMixin):
         if request.user.is_authenticated and not has_role(request.user, self.required_role):
             return render(request, "registration/no_role.html", {"required_role": self.required_role}, status=403)
         return super().dispatch(request, *args, **kwargs)
+
+
+def filter_list_context(request: HttpRequest, filterset: FilterSet) -> dict[str, Any]:
+    """The context templates/list_base.html reads on a filterable, paginated list page, beside the
+    ListView's own.
+
+    `filter`: the filterset, whose form the filter bar renders. `filtered`: whether any query
+    parameter other than `page` has a value (it shows "Clear" and picks the empty state's
+    wording). `querystring`: the request's query without `page`, so that page links keep the
+    filters. `item_name` and `item_name_plural`: the filtered model's verbose names ("node",
+    "nodes"), which word the heading, the count and the empty state, as in Django's admin.
+    """
+    query = request.GET.copy()
+    query.pop("page", None)
+    meta = filterset.queryset.model._meta
+    return {
+        "filter": filterset,
+        "filtered": any(value for key, value in request.GET.items() if key != "page"),
+        "querystring": query.urlencode(),
+        "item_name": str(meta.verbose_name),
+        "item_name_plural": str(meta.verbose_name_plural),
+    }
 
 
 @dataclass(frozen=True)

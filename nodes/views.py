@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views.generic import DetailView, ListView, TemplateView
 
-from gpuplane.views import RoleRequiredMixin
+from gpuplane.views import RoleRequiredMixin, filter_list_context
 from nodes.api.series import DEFAULT_RANGE, RANGES
 from nodes.catalog import MIG_MEMORY_SLICES
 from nodes.choices import SharingMode
@@ -294,13 +294,7 @@ class NodeListView(RoleRequiredMixin, ListView):
             capacity_milli = node.gpus_n * SHARE_MILLI_FULL
             node.allocated_pct = round(node.allocated_milli * 100 / capacity_milli) if capacity_milli else 0
             node.allocated_gpus = node.allocated_milli / SHARE_MILLI_FULL
-        query = self.request.GET.copy()
-        query.pop("page", None)
-        context.update(
-            filter=self.filterset,
-            filtered=any(v for k, v in self.request.GET.items() if k != "page"),
-            querystring=query.urlencode(),
-        )
+        context.update(filter_list_context(self.request, self.filterset))
         return context
 
 

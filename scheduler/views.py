@@ -23,7 +23,7 @@ from django.views import View
 from django.views.generic import DetailView, FormView, ListView
 
 from gpuplane.roles import OPERATOR, has_role
-from gpuplane.views import RoleRequiredMixin
+from gpuplane.views import RoleRequiredMixin, filter_list_context
 from nodes.cluster.base import ClusterError
 from nodes.models import Node
 from scheduler import services
@@ -261,14 +261,8 @@ class DeploymentListView(RoleRequiredMixin, ListView):
             deployment.handed_over = sum(1 for p in placements if p.node_id is None)
             # Placements are kept as history; once released they no longer hold those nodes.
             deployment.released = deployment.status in (DeploymentStatus.DELETED, DeploymentStatus.FAILED)
-        query = self.request.GET.copy()
-        query.pop("page", None)
-        context.update(
-            filter=self.filterset,
-            filtered=any(v for k, v in self.request.GET.items() if k != "page"),
-            querystring=query.urlencode(),
-            can_deploy=has_role(self.request.user, OPERATOR),
-        )
+        context.update(filter_list_context(self.request, self.filterset))
+        context["can_deploy"] = has_role(self.request.user, OPERATOR)
         return context
 
 

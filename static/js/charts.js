@@ -18,21 +18,11 @@
     power_w: { unit: "W", scale: 1, digits: 0 },
     temperature_c: { unit: "°C", scale: 1, digits: 0 },
   };
-  // One colour per GPU index, the same on every chart and page; readable on white.
-  const PALETTE = ["#4348d1", "#2f9e6e", "#d9731f", "#0b7fab", "#b8457e", "#7a6a00", "#6d2a8c", "#3a4556"];
-  const FONT = {
-    family: 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif',
-    size: 12,
-    color: "#1c2433",
-  };
-  const GRID = "#eef0f4";
-  const AXIS_LINE = "#c4ccd8";
-  const MUTED = "#566173";
-  const CONFIG = {
-    responsive: true,
-    displaylogo: false,
-    modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d", "toggleSpikelines"],
-  };
+  // Colours, font and config shared with the decision matrix (static/js/plotly_theme.js). PALETTE
+  // has one colour per GPU index, the same on every chart and page.
+  const THEME = window.gpuplanePlotlyTheme;
+  const { PALETTE, FONT, GRID, AXIS_LINE, MUTED } = THEME;
+  const CONFIG = THEME.config();
   // Indigo, deeper with load; orange from 85 %, where the inventory tables turn their bars "hot".
   const HEAT_SCALE = [
     [0, "#eef0fd"],

@@ -9,21 +9,11 @@
 (function () {
   "use strict";
 
-  // The colours of static/js/charts.js, in the same order, so pages look alike.
-  const PALETTE = ["#4348d1", "#2f9e6e", "#d9731f", "#0b7fab", "#b8457e", "#7a6a00", "#6d2a8c", "#3a4556"];
-  const FONT = {
-    family: 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif',
-    size: 12,
-    color: "#1c2433",
-  };
-  const GRID = "#eef0f4";
-  const AXIS_LINE = "#c4ccd8";
-  const MUTED = "#566173";
-  const CONFIG = {
-    responsive: true,
-    displaylogo: false,
-    modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d", "toggleSpikelines", "zoom2d", "pan2d"],
-  };
+  // The colours, font and config of static/js/charts.js (static/js/plotly_theme.js), so pages look
+  // alike. Bars have a fixed range: zoom and pan only get in the way.
+  const THEME = window.gpuplanePlotlyTheme;
+  const { PALETTE, FONT, GRID, AXIS_LINE, MUTED } = THEME;
+  const CONFIG = THEME.config(["zoom2d", "pan2d"]);
   const BAR_PX = 30;
   const CHROME_PX = 96; // legend, axis and margins around the bars
 
