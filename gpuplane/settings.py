@@ -244,6 +244,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 300.0,
         "options": {"expires": 270.0},
     },
+    # The watch task's safety net: deployments whose watch was never enqueued or gave up.
+    "sweep-deployments": {
+        "task": "scheduler.tasks.sweep_deployments_task",
+        "schedule": 30.0,
+        "options": {"expires": 27.0},
+    },
 }
 
 LOGGING = {

@@ -3,7 +3,8 @@
 ``build_snapshot`` reads Node, GPU and Partition rows in three queries and returns the core's
 ``ClusterSnapshot`` together with an index from (node, GPU, slot) back to row ids;
 ``partition_claims`` maps a core ``Assignment`` onto the Partition rows the services must claim
-(or, for weighted MPS, create). Nothing here writes to the database.
+(or, for weighted MPS, create); ``namespace_quota`` reads a namespace's quota and what its
+deployments hold as the core's ``NamespaceQuota``. Nothing here writes to the database.
 
 How rows become core partitions (the core's convention is in ``scheduler.core.types``):
 
@@ -24,18 +25,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import Sum
+
 from nodes.choices import PartitionKind as RowKind
 from nodes.models import GPU, Node, Partition
+from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.core import (
     Assignment,
     ClusterSnapshot,
     GPUState,
+    NamespaceQuota,
     NodeState,
     PartitionKind,
     PartitionState,
     SharingMode,
     Taint,
 )
+from scheduler.models import NamespaceQuota as QuotaRow
+from scheduler.models import Placement
 
 # Occupant names in the snapshot: "placement:<id>" for gpuplane's own, "namespace/pod" for pods.
 PLACEMENT_OCCUPANT = "placement:{id}"
@@ -270,11 +277,37 @@ def partition_claims(assignment: Assignment, index: SnapshotIndex) -> list[Parti
     return claims
 
 
+def namespace_quota(namespace: str) -> NamespaceQuota | None:
+    """The namespace's quota and its use now, as the core takes it; None when it has no quota.
+
+    Used amounts are summed over what the namespace's deployments hold: ``gpu_milli_used`` the
+    share of every partition held by their placements (released placements hold none), and
+    ``memory_mib_used`` the memory need of each replica that holds partitions (the core charges
+    a request its ``memory_mib``, so both sides count the same thing). Reads whatever the
+    current transaction sees; the services re-read it under the placement lock to enforce it.
+    """
+    row = QuotaRow.objects.filter(namespace=namespace).values_list("max_gpu_milli", "max_memory_mib").first()
+    if row is None:
+        return None
+    gpu_milli_limit, memory_mib_limit = row
+    gpu_milli_used = Partition.objects.filter(placement__deployment__namespace=namespace).aggregate(
+        total=Sum("share_milli"))["total"] or 0
+    memory_mib_used = Placement.objects.filter(
+        deployment__namespace=namespace,
+        deployment__status__in=(DeploymentStatus.PENDING, DeploymentStatus.PLACED, DeploymentStatus.RUNNING),
+        status__in=(PlacementStatus.RESERVED, PlacementStatus.BINDING, PlacementStatus.RUNNING),
+        node__isnull=False,
+    ).aggregate(total=Sum("deployment__memory_mib"))["total"] or 0
+    return NamespaceQuota(gpu_milli_limit=gpu_milli_limit, gpu_milli_used=gpu_milli_used,
+                          memory_mib_limit=memory_mib_limit, memory_mib_used=memory_mib_used)
+
+
 __all__ = [
     "FreeRow",
     "InventorySnapshot",
     "PartitionClaim",
     "SnapshotIndex",
     "build_snapshot",
+    "namespace_quota",
     "partition_claims",
 ]

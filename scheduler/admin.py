@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from scheduler.models import Decision, Deployment, Placement
+from scheduler.models import Decision, Deployment, NamespaceQuota, Placement
 
 
 class PlacementInline(admin.TabularInline):
@@ -41,3 +41,11 @@ class DecisionAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
         return False
+
+
+@admin.register(NamespaceQuota)
+class NamespaceQuotaAdmin(admin.ModelAdmin):
+    """Quotas are edited here; the services enforce them on every deploy."""
+
+    list_display = ("namespace", "max_gpu_milli", "max_memory_mib")
+    search_fields = ("namespace",)

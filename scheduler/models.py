@@ -4,11 +4,13 @@ A Deployment is one deploy request and its life (pending -> placed -> running, o
 deleted). Each replica gets one Placement (the node, GPUs and share it was given, kept after
 release so the history stays readable) and one Decision (the stored decision matrix). The
 partitions a placement holds point at it (``nodes.Partition.placement``); the services in
-``scheduler.services`` are the only writers.
+``scheduler.services`` are the only writers. A NamespaceQuota caps what one namespace's active
+deployments may hold (edited in the admin, enforced by the services).
 """
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -41,6 +43,9 @@ class Deployment(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     placed_at = models.DateTimeField(null=True, blank=True, help_text="When its workloads were created on the cluster")
+    watched_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the watcher last looked at it while pending or placed",
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -109,3 +114,32 @@ class Decision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment} #{self.replica_index}: {self.outcome}"
+
+
+class NamespaceQuota(models.Model):
+    """The most one namespace's active deployments may hold; an empty limit is unlimited.
+
+    ``max_gpu_milli`` caps the compute share held, in thousandths of a GPU, counted as the
+    partitions are charged (a whole GPU 1000, an MPS slot of R=4 250, a 3g MIG instance 428).
+    ``max_memory_mib`` caps the GPU memory the placed replicas asked for (like a Kubernetes
+    ResourceQuota counts requests). A namespace without a row is unlimited. Replicas handed to
+    the default Kubernetes scheduler hold nothing in gpuplane and are not counted.
+    """
+
+    namespace = models.CharField(max_length=63, unique=True, validators=[
+        RegexValidator(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "Enter a Kubernetes namespace (a DNS-1123 label).")
+    ])
+    max_gpu_milli = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Compute share in thousandths of a GPU (1000 = a whole GPU); empty = unlimited",
+    )
+    max_memory_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="GPU memory the placed replicas ask for, in MiB; empty = unlimited"
+    )
+
+    class Meta:
+        ordering = ["namespace"]
+
+    def __str__(self) -> str:
+        gpus = "unlimited" if self.max_gpu_milli is None else f"{self.max_gpu_milli / 1000:g} GPUs"
+        memory = "unlimited" if self.max_memory_mib is None else f"{self.max_memory_mib} MiB"
+        return f"{self.namespace}: {gpus}, {memory}"

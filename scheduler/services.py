@@ -33,14 +33,31 @@ telemetry alone (utilization over the limit) - Kubernetes may still run it there
 node lacks capacity, handing over could only leave a pod Pending, so the answer is 409.
 Handed-over replicas reserve nothing: inventory sync counts their pods once they bind.
 
-Bind failures
--------------
-The workloads are created after the reservation commits. If the cluster refuses one, the
-workloads already created are deleted, every partition is released, the deployment is marked
-FAILED with the cluster's message, and ``DeployFailed`` (a ``ClusterError``) is raised: the API
-answers 502 with that message. ``watch_deployment`` (run by ``scheduler.tasks``) then waits
-until every workload is ready (RUNNING), or fails and releases it after
-``DEPLOYMENT_WATCH_TIMEOUT_S``.
+Namespace quotas
+----------------
+A ``NamespaceQuota`` row caps the compute share (milli-GPU) and the memory need that a
+namespace's active deployments hold (``adapters.namespace_quota`` sums them); the core's
+NamespaceQuota filter turns a request away where it would exceed either. The decision may have
+read a use that is stale by the time it reserves, so a reservation in a namespace with a quota
+takes the placement lock exclusively and re-checks the use, its own claims included, before it
+commits (``_check_quota``); over the limit it is a conflict, and the serialised retry decides
+again on the real use (answering ``NoCapacity`` that names the quota). Replicas handed to the
+default scheduler hold nothing gpuplane can charge, so a namespace with a quota is never handed
+over. A quota created while a deploy of its namespace is reserving applies from the next one.
+
+Bind failures and watching
+--------------------------
+The workloads are created after the reservation commits. If the cluster refuses one (or any
+error interrupts the creation), every workload name of the deployment is deleted (a create that
+timed out may have been stored all the same; names not there are ignored), every partition is
+released, the deployment is marked FAILED with the cluster's message, and ``DeployFailed`` (a
+``ClusterError``) is raised: the API answers 502 with that message. Once the workloads exist
+and the deployment is PLACED, ``scheduler.tasks.watch_deployment_task`` is enqueued: it calls
+``watch_deployment`` until every workload is ready (RUNNING), or fails and releases it after
+``DEPLOYMENT_WATCH_TIMEOUT_S``. Enqueueing never fails a deploy (a broker outage is logged);
+``sweep_deployments`` (from beat, every 30 s) watches every pending or placed deployment nobody
+looked at for a watch interval, so a watch never enqueued, out of retries or lost with its
+worker, and a deployment left PENDING by a process that died, still end RUNNING or released.
 """
 from __future__ import annotations
 
@@ -58,14 +75,14 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import F, Value
-from django.db.models.functions import Greatest
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from gpuplane.observability import PLACEMENT_DECISION_SECONDS
 from nodes.choices import PartitionKind
 from nodes.cluster.base import ClusterBackend, ClusterError, NotFound, get_cluster
 from nodes.models import GPU, SHARE_MILLI_FULL, Partition
-from scheduler.adapters import InventorySnapshot, PartitionClaim, build_snapshot, partition_claims
+from scheduler.adapters import InventorySnapshot, PartitionClaim, build_snapshot, namespace_quota, partition_claims
 from scheduler.choices import (
     DecisionOutcome,
     DeploymentStatus,
@@ -76,6 +93,7 @@ from scheduler.choices import (
 )
 from scheduler.core import Outcome, PlacementRequest, ProfileError, Scheduler, build_profile
 from scheduler.core import Decision as CoreDecision
+from scheduler.core import NamespaceQuota as Quota
 from scheduler.core.profiles import PROFILES
 from scheduler.models import Decision, Deployment, Placement
 from scheduler.workloads import group_placements, workload_specs
@@ -305,7 +323,7 @@ class ReplicaPlan:
     claims: list[PartitionClaim] = field(default_factory=list)
 
 
-def _request(spec: DeploySpec, replica_index: int) -> PlacementRequest:
+def _request(spec: DeploySpec, replica_index: int, quota: Quota | None) -> PlacementRequest:
     return PlacementRequest(
         key=f"{spec.namespace}/{spec.name}#{replica_index}",
         memory_mib=spec.memory_mib,
@@ -318,6 +336,7 @@ def _request(spec: DeploySpec, replica_index: int) -> PlacementRequest:
         enable_gpu_selection=spec.enable_gpu_selection,
         # The fallback is the services' call (see the module docstring), not the core's.
         allow_default_scheduler=False,
+        quota=quota,
     )
 
 
@@ -328,17 +347,22 @@ def _telemetry_rejections(decision: CoreDecision, scheduler: Scheduler) -> int:
     return sum(count for reason, count in decision.diagnosis.rejected.items() if reason in reasons)
 
 
-def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler) -> list[ReplicaPlan]:
+def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler, *,
+           quota: Quota | None = None) -> list[ReplicaPlan]:
     """Decide every replica on ``inventory`` (each sees the ones before it); raise ``NoCapacity``.
 
-    Each plan's ``matrix`` is the core's ``Decision.to_dict()`` plus ``plugins``, the score
-    plugins in profile order (a stored ``weights`` object loses its key order on PostgreSQL).
-    Observes each decision's duration into ``PLACEMENT_DECISION_SECONDS``.
+    ``quota`` is the namespace's quota and use (``adapters.namespace_quota``), None for none;
+    each replica is checked against it with the replicas before it counted as used. A namespace
+    with a quota is never handed to the default scheduler, neither for busy nodes nor with
+    selection disabled (``NoCapacity``): what that scheduler gives is not charged to the quota
+    (see "Namespace quotas"). Each plan's ``matrix`` is the core's ``Decision.to_dict()`` plus
+    ``plugins``, the score plugins in profile order (a stored ``weights`` object loses its key
+    order on PostgreSQL). Observes each decision's duration into ``PLACEMENT_DECISION_SECONDS``.
     """
     plans = []
     for replica_index in range(spec.replicas):
         started = time.perf_counter()
-        decision = scheduler.schedule(_request(spec, replica_index), inventory.snapshot)
+        decision = scheduler.schedule(_request(spec, replica_index, quota), inventory.snapshot)
         elapsed = time.perf_counter() - started
         PLACEMENT_DECISION_SECONDS.observe(elapsed)
         matrix = decision.to_dict()
@@ -349,9 +373,19 @@ def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler)
             assert decision.assignment is not None
             plan = ReplicaPlan(replica_index, DecisionOutcome.PLACED, decision, matrix, message, elapsed * 1000,
                                claims=partition_claims(decision.assignment, inventory.index))
+            if quota is not None:  # the next replica sees this one as used
+                quota = replace(quota, gpu_milli_used=quota.gpu_milli_used + decision.assignment.share_milli,
+                                memory_mib_used=quota.memory_mib_used + spec.memory_mib)
         elif decision.outcome == Outcome.DEFAULT_SCHEDULER:  # only when selection is disabled
+            if quota is not None:
+                message = (f"namespace {spec.namespace} has a quota, so GPU selection cannot be skipped: the "
+                           "default Kubernetes scheduler's choice would not be charged to it")
+                matrix["outcome"] = DecisionOutcome.UNSCHEDULABLE.value
+                matrix["message"] = message
+                raise NoCapacity(message, matrix, replica_index)
             plan = ReplicaPlan(replica_index, DecisionOutcome.SKIPPED, decision, matrix, message, elapsed * 1000)
-        elif spec.allow_default_scheduler and (busy := _telemetry_rejections(decision, scheduler)):
+        elif (spec.allow_default_scheduler and quota is None
+              and (busy := _telemetry_rejections(decision, scheduler))):
             message = (f"{message}; handed over to the default Kubernetes scheduler (no node affinity): "
                        f"{busy} node(s) have the capacity but are busy by telemetry")
             matrix["outcome"] = DecisionOutcome.DEFAULT_SCHEDULER.value
@@ -471,11 +505,29 @@ def _reserve(spec: DeploySpec, plans: list[ReplicaPlan], node_pks: Mapping[str, 
         )
         for plan in plans
     )
-    # Watch from the moment the reservation commits, so that a deployment left half-done by a
-    # crash of this process is still failed and released after the watch timeout.
-    deployment_id = deployment.pk
-    transaction.on_commit(lambda: _enqueue_watch(deployment_id))
+    # No watch is enqueued here: an eager one would run before the workloads exist. A deployment
+    # left PENDING by a crash before ``_execute`` is found by the sweeper and failed on timeout.
     return deployment
+
+
+def _check_quota(namespace: str) -> None:
+    """Refuse (``_Conflict``) a reservation that took the namespace over its quota.
+
+    Runs after the claims, in the reservation's transaction, under the exclusive placement lock:
+    the use it reads includes this reservation and every committed one, and no other
+    reservation can commit in between. A decision made on a use that was stale by then is
+    retried, serialised, on the real one (which answers ``NoCapacity`` naming the quota).
+    """
+    quota = namespace_quota(namespace)
+    if quota is None:
+        return
+    over = []
+    if quota.gpu_milli_limit is not None and quota.gpu_milli_used > quota.gpu_milli_limit:
+        over.append(f"{quota.gpu_milli_used} of {quota.gpu_milli_limit} milli-GPU")
+    if quota.memory_mib_limit is not None and quota.memory_mib_used > quota.memory_mib_limit:
+        over.append(f"{quota.memory_mib_used} of {quota.memory_mib_limit} MiB")
+    if over:
+        raise _Conflict(f"namespace {namespace} quota exceeded: {', '.join(over)} with this reservation")
 
 
 def _decide_and_reserve(spec: DeploySpec, user: Any) -> Deployment:
@@ -489,13 +541,23 @@ def _decide_and_reserve(spec: DeploySpec, user: Any) -> Deployment:
                 with transaction.atomic():
                     _placement_lock(exclusive=True)
                     inventory = build_snapshot()
-                    plans = decide(spec, inventory, scheduler)
-                    return _reserve(spec, plans, inventory.index.node_pk, user)
+                    quota = namespace_quota(spec.namespace)
+                    plans = decide(spec, inventory, scheduler, quota=quota)
+                    deployment = _reserve(spec, plans, inventory.index.node_pk, user)
+                    if quota is not None:
+                        _check_quota(spec.namespace)
+                    return deployment
             inventory = build_snapshot()
-            plans = decide(spec, inventory, scheduler)
+            quota = namespace_quota(spec.namespace)
+            plans = decide(spec, inventory, scheduler, quota=quota)
             with transaction.atomic():
-                _placement_lock(exclusive=False)
-                return _reserve(spec, plans, inventory.index.node_pk, user)
+                # Holders of the shared lock reserve side by side: two of them could both pass a
+                # quota check. With a quota, check and claim alone (see "Namespace quotas").
+                _placement_lock(exclusive=quota is not None)
+                deployment = _reserve(spec, plans, inventory.index.node_pk, user)
+                if quota is not None:
+                    _check_quota(spec.namespace)
+                return deployment
         except (_Conflict, IntegrityError) as error:
             last_conflict = str(error)
         except OperationalError as error:
@@ -505,7 +567,8 @@ def _decide_and_reserve(spec: DeploySpec, user: Any) -> Deployment:
         logger.info("placement of %s/%s conflicted (attempt %d): %s", spec.namespace, spec.name, attempt,
                     last_conflict)
     inventory = build_snapshot()
-    plans = decide(spec, inventory, scheduler)  # raises NoCapacity when the capacity is simply gone
+    # Raises NoCapacity when the capacity (or the namespace's quota) is simply gone.
+    plans = decide(spec, inventory, scheduler, quota=namespace_quota(spec.namespace))
     message = (f"capacity kept changing while placing {spec.namespace}/{spec.name}: {MAX_ATTEMPTS} attempts "
                f"conflicted with other writers (last: {last_conflict}); try again")
     raise NoCapacity(message, plans[0].matrix if plans else {}, 0)
@@ -590,20 +653,30 @@ def _delete_workloads(cluster: ClusterBackend, namespace: str, names: Iterable[s
 
 
 def _enqueue_watch(deployment_id: int) -> None:
-    """Start watching a deployment (after its transaction commits)."""
+    """Start watching a placed deployment; never raises.
+
+    The workloads exist and the GPUs are held whatever the broker says: a broker that is down
+    must not turn a good deploy into an error (and a reservation nobody releases). Without the
+    task, ``sweep_deployments`` watches it (from beat, every 30 s).
+    """
     from scheduler.tasks import watch_deployment_task
 
-    watch_deployment_task.apply_async((deployment_id,), countdown=settings.DEPLOYMENT_WATCH_INTERVAL_S)
+    try:
+        watch_deployment_task.apply_async((deployment_id,), countdown=settings.DEPLOYMENT_WATCH_INTERVAL_S)
+    except Exception:  # any broker or transport error: kombu's, redis', a socket's
+        logger.warning("could not enqueue the watch of deployment %s; the sweeper will watch it", deployment_id,
+                       exc_info=True)
 
 
 def deploy(spec: DeploySpec, *, user: Any = None, cluster: ClusterBackend | None = None) -> Deployment:
     """Validate, decide, reserve and execute a deploy request; return the PLACED deployment.
 
-    Raises ``ValidationError`` (bad input; nothing stored), ``NoCapacity`` (nothing fits; nothing
-    stored) or ``DeployFailed`` (the cluster refused a workload; the deployment is stored as
-    FAILED and everything it reserved is released). Every replica is reserved in one
-    transaction, all or nothing; ``scheduler.tasks.watch_deployment_task`` is enqueued when it
-    commits.
+    Raises ``ValidationError`` (bad input; nothing stored), ``NoCapacity`` (nothing fits, or the
+    namespace's quota is used up; nothing stored) or ``DeployFailed`` (the cluster refused a
+    workload; the deployment is stored as FAILED and everything it reserved is released). Every
+    replica is reserved in one transaction, all or nothing; once the workloads exist and the
+    deployment is PLACED, ``scheduler.tasks.watch_deployment_task`` is enqueued (a failure to
+    enqueue is logged, never raised: ``sweep_deployments`` is the safety net).
     """
     spec = validate_spec(spec)
     backend = cluster if cluster is not None else get_cluster()
@@ -621,20 +694,22 @@ def _execute(deployment: Deployment, cluster: ClusterBackend) -> None:
             "placement_id", "mig_start")
     )
     specs = workload_specs(deployment, placements, decision_ids, mig_starts)
-    created: list[str] = []
+    # A create that failed may still have stored its workload (a read timeout after the API
+    # server accepted it), so cleaning up deletes every name of the deployment, not only the
+    # ones known to exist: deleting one that is not there is a NotFound, ignored.
+    names = [spec.name for spec in specs]
     try:
         for spec in specs:
             cluster.create_workload(spec)
-            created.append(spec.name)
     except ClusterError as error:
-        leftovers = _delete_workloads(cluster, deployment.namespace, created)
+        leftovers = _delete_workloads(cluster, deployment.namespace, names)
         message = f"the cluster refused workload {spec.name}: {error}; everything reserved was released"
         if leftovers:
             message += f" (could not remove {', '.join(leftovers)}; inventory sync will account for their pods)"
         _fail(deployment, message)
         raise DeployFailed(message, deployment) from error
     except BaseException:
-        _delete_workloads(cluster, deployment.namespace, created)
+        _delete_workloads(cluster, deployment.namespace, names)
         _fail(deployment, "placement aborted by an internal error; everything reserved was released")
         raise
 
@@ -648,10 +723,14 @@ def _execute(deployment: Deployment, cluster: ClusterBackend) -> None:
                 status=PlacementStatus.BINDING)
     if not placed:
         # Deleted (or failed by the watch) while we were creating workloads: undo ours too.
-        _delete_workloads(cluster, deployment.namespace, created)
+        _delete_workloads(cluster, deployment.namespace, names)
         deployment.refresh_from_db()
         raise DeployFailed(f"{deployment} was {deployment.status} while its workloads were being created",
                            deployment)
+    # Only now, with the workloads created and PLACED committed: an eager watch (tests, dev)
+    # runs right here and must find them. Robust: a broken callback never fails the deploy.
+    deployment_id = deployment.pk
+    transaction.on_commit(lambda: _enqueue_watch(deployment_id), robust=True)
     deployment.refresh_from_db()
 
 
@@ -707,6 +786,8 @@ def watch_deployment(deployment_id: int, *, cluster: ClusterBackend | None = Non
       workloads are deleted, everything is released and it is FAILED.
     - "gone" / another status: nothing to do (deleted, failed, already running).
     ``ClusterError`` (other than a vanished workload) propagates, so the caller retries.
+    Every look at a pending or placed deployment sets its ``watched_at`` to ``now`` (the
+    sweeper leaves deployments looked at within the watch interval to their watch task).
     """
     deployment = Deployment.objects.filter(pk=deployment_id).first()
     if deployment is None:
@@ -715,6 +796,9 @@ def watch_deployment(deployment_id: int, *, cluster: ClusterBackend | None = Non
         return str(deployment.status)
     backend = cluster if cluster is not None else get_cluster()
     now = now or timezone.now()
+    # Recorded before asking the cluster: an unreachable cluster was looked at too (the watch
+    # task retries it on its own); update() leaves updated_at, the last status change, alone.
+    Deployment.objects.filter(pk=deployment.pk).update(watched_at=now)
     timeout = timedelta(seconds=settings.DEPLOYMENT_WATCH_TIMEOUT_S)
     names = _workload_names(deployment)
     if deployment.status == DeploymentStatus.PLACED:
@@ -741,6 +825,44 @@ def watch_deployment(deployment_id: int, *, cluster: ClusterBackend | None = Non
     _fail(deployment, f"{what} {settings.DEPLOYMENT_WATCH_TIMEOUT_S} s after placement; everything was released",
           from_statuses=[deployment.status])
     return WATCH_FAILED
+
+
+WATCH_ERROR = "error"
+SWEEP_BATCH = 200  # deployments one sweep looks at, stalest first; the next sweep takes the rest
+
+
+def sweep_deployments(now: datetime | None = None, *, cluster: ClusterBackend | None = None,
+                      limit: int = SWEEP_BATCH) -> dict[int, str]:
+    """Watch every pending or placed deployment nobody has looked at for a watch interval.
+
+    The safety net of the watch task: a watch that was never enqueued (the broker was down), or
+    whose retries ran out, or whose worker died, still ends in RUNNING, or in FAILED with every
+    GPU released after ``DEPLOYMENT_WATCH_TIMEOUT_S`` (``watch_deployment`` decides). "Nobody
+    has looked" means ``watched_at`` (or, never watched, ``created_at``) is older than
+    ``DEPLOYMENT_WATCH_INTERVAL_S`` before ``now``: deployments whose watch task is doing its
+    job are left to it. At most ``limit``, stalest first. Returns deployment id -> the watch's
+    outcome, "error" where the cluster failed (logged; the next sweep tries again).
+    """
+    now = now or timezone.now()
+    stale_before = now - timedelta(seconds=settings.DEPLOYMENT_WATCH_INTERVAL_S)
+    due = list(
+        Deployment.objects.filter(status__in=(DeploymentStatus.PENDING, DeploymentStatus.PLACED))
+        .annotate(last_look=Coalesce("watched_at", "created_at"))
+        .filter(last_look__lte=stale_before)
+        .order_by("last_look", "pk")
+        .values_list("pk", flat=True)[:limit]
+    )
+    if not due:
+        return {}
+    backend = cluster if cluster is not None else get_cluster()
+    outcomes = {}
+    for deployment_id in due:
+        try:
+            outcomes[deployment_id] = watch_deployment(deployment_id, cluster=backend, now=now)
+        except ClusterError as error:
+            logger.warning("sweep: could not watch deployment %s: %s", deployment_id, error)
+            outcomes[deployment_id] = WATCH_ERROR
+    return outcomes
 
 
 # ---- reading -----------------------------------------------------------------------------------
@@ -778,6 +900,7 @@ __all__ = [
     "placement_scheduler",
     "placement_summary",
     "release_placements",
+    "sweep_deployments",
     "validate_spec",
     "watch_deployment",
 ]

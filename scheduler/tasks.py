@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 
 from nodes.cluster.base import ClusterError
@@ -14,6 +15,9 @@ WATCH_TIME_LIMIT_S = 90
 # The timeout itself is measured in the service (from the deployment's placed_at), so retries
 # are only a backstop: enough of them to outlast the timeout with room for slow workers.
 WATCH_MAX_RETRIES = math.ceil(settings.DEPLOYMENT_WATCH_TIMEOUT_S / settings.DEPLOYMENT_WATCH_INTERVAL_S) + 10
+# A sweep looks at up to services.SWEEP_BATCH deployments, a few cluster calls each.
+SWEEP_SOFT_TIME_LIMIT_S = 120
+SWEEP_TIME_LIMIT_S = 150
 
 
 class WorkloadNotReady(Exception):
@@ -21,6 +25,7 @@ class WorkloadNotReady(Exception):
 
 
 @shared_task(
+    bind=True,
     name="scheduler.tasks.watch_deployment_task",
     autoretry_for=(WorkloadNotReady, ClusterError),
     retry_backoff=False,
@@ -33,15 +38,35 @@ class WorkloadNotReady(Exception):
     # a run lost with its worker may safely run again.
     acks_late=True,
 )
-def watch_deployment_task(deployment_id: int) -> str:
+def watch_deployment_task(self: Task, deployment_id: int) -> str:
     """Watch a deployment until its workloads run: "running", "failed", or the status it has.
 
     Takes the id and re-reads the row each run (a deleted deployment returns "gone"). While the
     workloads are not ready it retries every ``DEPLOYMENT_WATCH_INTERVAL_S``; after
     ``DEPLOYMENT_WATCH_TIMEOUT_S`` the service deletes them, releases the GPUs and marks the
-    deployment FAILED. A ClusterError (the cluster unreachable) is retried the same way.
+    deployment FAILED. A ClusterError (the cluster unreachable) is retried the same way. With
+    ``CELERY_TASK_ALWAYS_EAGER`` it looks once and returns "waiting": eager retries ignore
+    their countdown and would spin inside the deploy request. Whatever stops the retries,
+    ``sweep_deployments_task`` looks again.
     """
     outcome = services.watch_deployment(deployment_id)
     if outcome == services.WATCH_WAITING:
+        if self.app.conf.task_always_eager:
+            return outcome
         raise WorkloadNotReady(f"deployment {deployment_id}: workloads not ready yet")
     return outcome
+
+
+@shared_task(
+    name="scheduler.tasks.sweep_deployments_task",
+    soft_time_limit=SWEEP_SOFT_TIME_LIMIT_S,
+    time_limit=SWEEP_TIME_LIMIT_S,
+)
+def sweep_deployments_task() -> dict[str, int]:
+    """Watch the pending and placed deployments nobody looked at for a watch interval.
+
+    Runs from beat every 30 s (``services.sweep_deployments`` holds the logic); returns how many
+    deployments came to each outcome, e.g. {"running": 2, "waiting": 1}. Overlapping sweeps are
+    harmless: every look is idempotent.
+    """
+    return dict(Counter(services.sweep_deployments().values()))

@@ -204,8 +204,8 @@ def steal_on_decide(monkeypatch, times: int) -> list[int]:
     stolen: list[int] = []
     real_decide = services.decide
 
-    def decide(spec, inventory, scheduler):
-        plans = real_decide(spec, inventory, scheduler)
+    def decide(spec, inventory, scheduler, **options):
+        plans = real_decide(spec, inventory, scheduler, **options)
         if len(stolen) < times:
             for plan in plans:
                 for claim in plan.claims:

@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from nodes.cluster.base import ClusterError
 from scheduler import services, tasks
 from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.models import Deployment
@@ -95,14 +96,30 @@ def test_deleted_or_missing_deployments_need_no_watching(cluster):
     assert services.watch_deployment(123456, cluster=cluster) == "gone"
 
 
-def test_the_watch_is_enqueued_when_the_reservation_commits(cluster, django_capture_on_commit_callbacks, monkeypatch):
+@pytest.mark.django_db(transaction=True)  # real commits: on-commit hooks run when they happen
+def test_the_watch_is_enqueued_once_the_workloads_exist(cluster, monkeypatch):
     enqueued: list[tuple] = []
-    monkeypatch.setattr(watch_deployment_task, "apply_async", lambda args, countdown: enqueued.append((args, countdown)))
 
-    with django_capture_on_commit_callbacks(execute=True):
-        deployment = deploy(cluster)
+    def enqueue(args, countdown):
+        deployment = Deployment.objects.get(pk=args[0])
+        enqueued.append((args, countdown, deployment.status, len(cluster.list_objects("Deployment"))))
 
-    assert enqueued == [((deployment.pk,), 5)]
+    monkeypatch.setattr(watch_deployment_task, "apply_async", enqueue)
+
+    deployment = deploy(cluster)
+
+    # Not when the reservation commits: an eager watch would then run before the workloads exist.
+    assert enqueued == [((deployment.pk,), 5, DeploymentStatus.PLACED, 1)]
+
+
+def test_a_refused_deploy_enqueues_no_watch(cluster, django_capture_on_commit_callbacks):
+    cluster.inject_fault("create_workload", "admission webhook denied the request")
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        with pytest.raises(services.DeployFailed):
+            deploy(cluster)
+
+    assert callbacks == []
 
 
 def test_a_conflicting_attempt_enqueues_nothing(cluster, django_capture_on_commit_callbacks, monkeypatch):
@@ -145,3 +162,87 @@ def test_the_task_watches_the_configured_cluster_end_to_end(clock, monkeypatch):
     assert watch_deployment_task.apply(args=(deployment.pk,)).get() == "running"
     deployment.refresh_from_db()
     assert deployment.status == DeploymentStatus.RUNNING
+
+
+# ---- the sweeper -------------------------------------------------------------------------------
+
+
+def test_a_look_records_when_it_was_made(cluster):
+    deployment = deploy(cluster)
+    assert deployment.watched_at is None
+    moment = timezone.now() + timedelta(seconds=1)
+
+    services.watch_deployment(deployment.pk, cluster=cluster, now=moment)
+
+    deployment.refresh_from_db()
+    assert deployment.watched_at == moment
+
+
+def test_the_sweeper_looks_at_active_deployments_not_looked_at_for_an_interval(cluster, clock, settings):
+    settings.DEPLOYMENT_WATCH_INTERVAL_S = 5
+    now = timezone.now() + timedelta(minutes=1)
+    stale = deploy(cluster, name="stale")
+    Deployment.objects.filter(pk=stale.pk).update(watched_at=now - timedelta(seconds=6))
+    fresh = deploy(cluster, name="fresh")  # its watch task is doing its job
+    Deployment.objects.filter(pk=fresh.pk).update(watched_at=now - timedelta(seconds=4))
+    never = deploy(cluster, name="never")  # never looked at: counts from its creation
+    Deployment.objects.filter(pk=never.pk).update(created_at=now - timedelta(seconds=6))
+    young = deploy(cluster, name="young")  # never looked at, but created within the interval
+    Deployment.objects.filter(pk=young.pk).update(created_at=now - timedelta(seconds=4))
+    done = deploy(cluster, name="done")
+    services.delete_deployment(done, cluster=cluster)
+    Deployment.objects.filter(pk=done.pk).update(created_at=now - timedelta(hours=1))
+    clock.advance(3)  # every pod is ready
+
+    swept = services.sweep_deployments(now=now, cluster=cluster)
+
+    assert swept == {stale.pk: "running", never.pk: "running"}
+    statuses = dict(Deployment.objects.values_list("name", "status"))
+    assert statuses == {"stale": "running", "never": "running", "fresh": "placed", "young": "placed",
+                        "done": "deleted"}
+    for name in ("stale", "never"):
+        assert Deployment.objects.get(name=name).watched_at == now
+
+
+def test_the_sweeper_fails_a_deployment_left_pending_by_a_dead_process(cluster, settings):
+    before = capacity_state()
+    deployment = deploy(cluster)
+    Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.PENDING, placed_at=None)
+
+    late = deployment.created_at + timedelta(seconds=settings.DEPLOYMENT_WATCH_TIMEOUT_S)
+    assert services.sweep_deployments(now=late, cluster=cluster) == {deployment.pk: "failed"}
+
+    assert Deployment.objects.get().status == DeploymentStatus.FAILED
+    assert capacity_state() == before
+    assert cluster.list_objects("Deployment") == []
+
+
+def test_a_cluster_error_on_one_deployment_does_not_stop_the_sweep(cluster, clock, monkeypatch):
+    first = deploy(cluster, name="first")
+    second = deploy(cluster, name="second")
+    clock.advance(3)
+    real_ready = type(cluster).workload_ready
+
+    def ready(self, namespace, name):
+        if name.startswith("first"):
+            raise ClusterError("cannot reach the Kubernetes API")
+        return real_ready(self, namespace, name)
+
+    monkeypatch.setattr(type(cluster), "workload_ready", ready)
+    later = timezone.now() + timedelta(minutes=1)
+
+    assert services.sweep_deployments(now=later, cluster=cluster) == {first.pk: "error", second.pk: "running"}
+
+
+def test_the_sweep_task_delegates_and_counts_outcomes(monkeypatch):
+    monkeypatch.setattr(tasks.services, "sweep_deployments", lambda: {3: "running", 4: "running", 9: "failed"})
+
+    assert tasks.sweep_deployments_task.apply().get() == {"running": 2, "failed": 1}
+
+
+def test_beat_runs_the_sweeper_every_30_s(settings):
+    task = "scheduler.tasks.sweep_deployments_task"
+    (entry,) = [e for e in settings.CELERY_BEAT_SCHEDULE.values() if e["task"] == task]
+    assert entry["schedule"] == 30.0
+    assert entry["options"]["expires"] == 27.0
+    assert tasks.sweep_deployments_task.name == "scheduler.tasks.sweep_deployments_task"
