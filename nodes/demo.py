@@ -32,17 +32,20 @@ from django.conf import settings
 from django.db import transaction
 
 from nodes.catalog import lookup_product
-from nodes.cluster.base import (
+from nodes.cluster.simulated import SimulatedCluster
+from nodes.contract import (
+    ANNOTATION_MEMORY_MIB,
+    LABEL_APP_NAME,
     LABEL_DEVICE_PLUGIN_CONFIG,
     LABEL_MIG_CONFIG,
     LABEL_MIG_CONFIG_STATE,
     LABEL_SHARING_MODE,
     RESOURCE_GPU,
     RESOURCE_MIG_PREFIX,
+    SHARING_MODE_LABEL_WEIGHTED,
 )
-from nodes.cluster.simulated import SimulatedCluster
 from nodes.models import GPU, Node, Partition
-from nodes.services import ANNOTATION_MEMORY_MIB, SHARING_MODE_LABEL_WEIGHTED, SyncReport, sync_inventory
+from nodes.services import SyncReport, sync_inventory
 from nodes.sharing import device_plugin_config
 
 H100_PRODUCT = "NVIDIA-H100-80GB-HBM3"
@@ -200,7 +203,7 @@ def seed_demo_cluster(cluster: SimulatedCluster) -> None:
             share_milli=pod.share_milli,
             mig_start=pod.mig_start,
             annotations={ANNOTATION_MEMORY_MIB: str(pod.memory_mib)} if pod.memory_mib is not None else None,
-            labels={"app.kubernetes.io/name": pod.name.rsplit("-", 1)[0]},
+            labels={LABEL_APP_NAME: pod.name.rsplit("-", 1)[0]},
             owner_kind="ReplicaSet",
         )
 

@@ -29,10 +29,13 @@ from django.utils import timezone
 
 from nodes.catalog import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, GPUModel, UnknownGPUProduct, lookup_product
 from nodes.choices import PartitionKind, SharingMode
-from nodes.cluster.base import (
+from nodes.cluster.base import ClusterBackend, ClusterNode, ClusterPod, GPUDevice, MIGDevice, get_cluster
+from nodes.contract import (
     ANNOTATION_ASSIGNED_GPUS,
+    ANNOTATION_MEMORY_MIB,
     ANNOTATION_MIG_START,
     ANNOTATION_SHARE_MILLI,
+    LABEL_APP_NAME,
     LABEL_DEVICE_PLUGIN_CONFIG,
     LABEL_GPU_PRODUCT,
     LABEL_GPU_REPLICAS,
@@ -40,28 +43,17 @@ from nodes.cluster.base import (
     LABEL_MIG_CONFIG,
     LABEL_SHARING_MODE,
     LABEL_SHARING_STRATEGY,
+    MANAGED_BY_GPUPLANE,
     RESOURCE_GPU,
     RESOURCE_MIG_PREFIX,
-    ClusterBackend,
-    ClusterNode,
-    ClusterPod,
-    GPUDevice,
-    MIGDevice,
-    get_cluster,
+    SHARING_MODE_LABEL_WEIGHTED,
+    STRATEGY_MPS,
+    STRATEGY_TIME_SLICING,
 )
 from nodes.models import GPU, SHARE_MILLI_FULL, Node, Partition
 
 logger = logging.getLogger(__name__)
 
-# Pod annotation: GPU memory a shared pod uses (time-slicing and weighted MPS give no isolation,
-# so gpuplane accounts memory itself from what the pod declares).
-ANNOTATION_MEMORY_MIB = "gpuplane.io/memory-mib"
-# The label nodes.cluster.manifests puts on every pod of a gpuplane workload (its selector).
-LABEL_APP_NAME = "app.kubernetes.io/name"
-MANAGED_BY_GPUPLANE = "gpuplane"
-SHARING_MODE_LABEL_WEIGHTED = "mps-weighted"
-STRATEGY_MPS = "mps"
-STRATEGY_TIME_SLICING = "time-slicing"
 DEFAULT_HEARTBEAT_S = 300
 
 # A pod holds its devices once bound (Pending with a node) or running; Succeeded/Failed pods

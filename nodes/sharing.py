@@ -27,6 +27,7 @@ from typing import Any, Literal
 import yaml
 
 from nodes.catalog import CATALOG, GPUModel, find_model
+from nodes.contract import LABEL_MANAGED_BY, MANAGED_BY_GPUPLANE, RESOURCE_GPU
 from nodes.mig import InvalidMIGLayout, plan_layout
 
 SharingStrategy = Literal["none", "mps", "time-slicing"]
@@ -35,7 +36,7 @@ MIGStrategy = Literal["none", "single", "mixed"]
 SHARING_STRATEGIES: tuple[str, ...] = ("none", "mps", "time-slicing")
 MIG_STRATEGIES: tuple[str, ...] = ("none", "single", "mixed")
 CONFIG_VERSION = "v1"
-SHARED_RESOURCE = "nvidia.com/gpu"
+SHARED_RESOURCE = RESOURCE_GPU
 
 # Where the GPU operator finds the named device plugin configs (ClusterPolicy
 # devicePlugin.config.name) and the mig-parted configs (migManager.config.name).
@@ -430,6 +431,6 @@ def _configmap(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/managed-by": "gpuplane"}},
+        "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_MANAGED_BY: MANAGED_BY_GPUPLANE}},
         "data": data,
     }

@@ -81,6 +81,7 @@ from django.utils import timezone
 from gpuplane.observability import PLACEMENT_DECISION_SECONDS
 from nodes.choices import PartitionKind
 from nodes.cluster.base import ClusterBackend, ClusterError, NotFound, get_cluster
+from nodes.contract import RESERVED_LABEL_KEYS, RESERVED_LABEL_PREFIX
 from nodes.models import GPU, SHARE_MILLI_FULL, Partition
 from scheduler.adapters import InventorySnapshot, PartitionClaim, build_snapshot, namespace_quota, partition_claims
 from scheduler.choices import (
@@ -91,9 +92,9 @@ from scheduler.choices import (
     SharingRequest,
     WorkloadType,
 )
-from scheduler.core import Outcome, PlacementRequest, ProfileError, Scheduler, build_profile
 from scheduler.core import Decision as CoreDecision
 from scheduler.core import NamespaceQuota as Quota
+from scheduler.core import Outcome, PlacementRequest, ProfileError, Scheduler, build_profile
 from scheduler.core.profiles import PROFILES
 from scheduler.models import Decision, Deployment, Placement
 from scheduler.workloads import group_placements, workload_specs
@@ -118,8 +119,8 @@ _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 # Label keys gpuplane sets itself (selectors and sync depend on them).
-_RESERVED_LABEL_KEYS = frozenset({"app.kubernetes.io/managed-by", "app.kubernetes.io/name"})
-_RESERVED_LABEL_PREFIX = "gpuplane.io"
+_RESERVED_LABEL_KEYS = RESERVED_LABEL_KEYS
+_RESERVED_LABEL_PREFIX = RESERVED_LABEL_PREFIX
 _ACTIVE = (DeploymentStatus.PENDING, DeploymentStatus.PLACED, DeploymentStatus.RUNNING)
 
 

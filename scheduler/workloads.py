@@ -26,23 +26,24 @@ import yaml
 from django.conf import settings
 
 from nodes.choices import PartitionKind
-from nodes.cluster.base import (
+from nodes.cluster.base import WorkloadSpec
+from nodes.contract import (
     ANNOTATION_ASSIGNED_GPUS,
+    ANNOTATION_DECISIONS,
+    ANNOTATION_MEMORY_MIB,
     ANNOTATION_MIG_START,
     ANNOTATION_SHARE_MILLI,
+    ANNOTATION_SHARING,
+    ENV_MODEL_NAME,
     LABEL_DEPLOYMENT,
     LABEL_MANAGED_BY,
+    MANAGED_BY_GPUPLANE,
+    PRIORITY_CLASS_PREFIX,
     RESOURCE_GPU,
-    WorkloadSpec,
 )
-from nodes.services import ANNOTATION_MEMORY_MIB, MANAGED_BY_GPUPLANE
 from scheduler.models import Deployment, Placement
 
-ANNOTATION_DECISIONS = "gpuplane.io/decisions"  # ids of the Decision rows behind the pods, "12,13"
-ANNOTATION_SHARING = "gpuplane.io/sharing"  # partition kind, or "default-scheduler"
 SHARING_DEFAULT_SCHEDULER = "default-scheduler"
-ENV_MODEL_NAME = "MODEL_NAME"
-PRIORITY_CLASS_PREFIX = "gpuplane-"
 MAX_NAME_LENGTH = 63  # a label value (app.kubernetes.io/name carries the workload name)
 
 

@@ -9,29 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-# Labels and annotations gpuplane reads and writes.
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_DEPLOYMENT = "gpuplane.io/deployment"
-LABEL_DEVICE_PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
-LABEL_MIG_CONFIG = "nvidia.com/mig.config"
-LABEL_MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
-LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
-LABEL_GPU_COUNT = "nvidia.com/gpu.count"
-LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB, as GFD reports it
-LABEL_GPU_REPLICAS = "nvidia.com/gpu.replicas"
-LABEL_SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"  # none | mps | time-slicing
-LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"  # single | mixed
-LABEL_SHARING_MODE = "gpuplane.io/sharing-mode"  # set by gpuplane for mps-weighted nodes
-ANNOTATION_GPU_UUIDS = "gpuplane.io/gpu-uuids"  # comma list in index order, written by the node agent
-ANNOTATION_MIG_LAYOUT = "gpuplane.io/mig-layout"  # JSON {index: [[profile, start, size, uuid], ...]}
-ANNOTATION_ASSIGNED_GPUS = "gpuplane.io/gpus"  # pod: GPU indexes it was given, "0,1"
-ANNOTATION_SHARE_MILLI = "gpuplane.io/share-milli"  # pod: weighted MPS share
-ANNOTATION_MIG_START = "gpuplane.io/mig-start"  # pod: placement start of its MIG instance
-ANNOTATION_DO_NOT_DISRUPT = "gpuplane.io/do-not-disrupt"
-
-RESOURCE_GPU = "nvidia.com/gpu"
-RESOURCE_MIG_PREFIX = "nvidia.com/mig-"
-
 
 @dataclass(frozen=True)
 class Taint:

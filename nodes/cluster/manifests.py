@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.cluster.base import LABEL_MANAGED_BY, WorkloadSpec
+from nodes.cluster.base import WorkloadSpec
+from nodes.contract import LABEL_APP_NAME, LABEL_MANAGED_BY
 
 
 def deployment_manifest(spec: WorkloadSpec) -> dict[str, Any]:
@@ -14,7 +15,7 @@ def deployment_manifest(spec: WorkloadSpec) -> dict[str, Any]:
     a pod that cannot fit stays Pending with an event instead of failing admission.
     """
     labels = {LABEL_MANAGED_BY: "gpuplane", **spec.labels}
-    selector = {"app.kubernetes.io/name": spec.name}
+    selector = {LABEL_APP_NAME: spec.name}
     pod_labels = {**labels, **selector}
     limits = {key: str(value) for key, value in spec.resources.items()}
     container: dict[str, Any] = {

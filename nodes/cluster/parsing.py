@@ -11,7 +11,8 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from nodes.cluster.base import (
+from nodes.cluster.base import ClusterError, ClusterNode, ClusterPod, GPUDevice, MIGDevice, Taint
+from nodes.contract import (
     ANNOTATION_GPU_UUIDS,
     ANNOTATION_MIG_LAYOUT,
     LABEL_GPU_COUNT,
@@ -19,12 +20,6 @@ from nodes.cluster.base import (
     LABEL_GPU_PRODUCT,
     RESOURCE_GPU,
     RESOURCE_MIG_PREFIX,
-    ClusterError,
-    ClusterNode,
-    ClusterPod,
-    GPUDevice,
-    MIGDevice,
-    Taint,
 )
 
 _SUFFIXES = {

@@ -45,7 +45,10 @@ from typing import Any, TypeVar
 import yaml
 
 from nodes.catalog import GPUModel, UnknownGPUProduct, lookup_product
-from nodes.cluster.base import (
+from nodes.cluster.base import ClusterError, ClusterNode, ClusterPod, EvictionBlocked, NotFound, WorkloadSpec
+from nodes.cluster.manifests import deployment_manifest, pinned_node
+from nodes.cluster.parsing import parse_node, parse_pod, parse_quantity
+from nodes.contract import (
     ANNOTATION_ASSIGNED_GPUS,
     ANNOTATION_GPU_UUIDS,
     ANNOTATION_MIG_LAYOUT,
@@ -62,15 +65,7 @@ from nodes.cluster.base import (
     LABEL_SHARING_STRATEGY,
     RESOURCE_GPU,
     RESOURCE_MIG_PREFIX,
-    ClusterError,
-    ClusterNode,
-    ClusterPod,
-    EvictionBlocked,
-    NotFound,
-    WorkloadSpec,
 )
-from nodes.cluster.manifests import deployment_manifest, pinned_node
-from nodes.cluster.parsing import parse_node, parse_pod, parse_quantity
 from nodes.mig import InvalidMIGLayout, plan_layout
 from nodes.sharing import (
     DEVICE_PLUGIN_CONFIGMAP,

@@ -17,6 +17,7 @@ MPS placements get ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and ``CUDA_MPS_PINNED_D
 """
 from __future__ import annotations
 
+from nodes.contract import ENV_MPS_MEMORY_LIMIT, ENV_MPS_THREAD_PERCENTAGE, RESOURCE_GPU, RESOURCE_MIG_PREFIX
 from scheduler.core.fit import Need
 from scheduler.core.types import (
     SHARE_MILLI_FULL,
@@ -28,11 +29,6 @@ from scheduler.core.types import (
     SharingMode,
     slot_share_milli,
 )
-
-RESOURCE_GPU = "nvidia.com/gpu"
-RESOURCE_MIG_PREFIX = "nvidia.com/mig-"  # mixed MIG strategy: one resource per profile
-ENV_MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-ENV_MPS_MEMORY_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 
 
 def format_memory_limit(memory_mib: int, device: int = 0) -> str:

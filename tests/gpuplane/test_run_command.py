@@ -19,7 +19,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-
 from gpuplane.management.commands.run_gpuplane import ProcessSpec, Supervisor, bind_address, process_specs, public_url
 
 BASE_DIR = Path(__file__).resolve().parents[2]

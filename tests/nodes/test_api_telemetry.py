@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from datetime import timezone as dt_timezone
-from collections.abc import Callable
 from typing import Any
 
 import pytest

@@ -12,7 +12,8 @@ import pytest
 from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from hypothesis import HealthCheck, event, settings, strategies as st
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from nodes.choices import PartitionKind

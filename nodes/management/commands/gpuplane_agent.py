@@ -25,9 +25,10 @@ from nodes.agent import (
 )
 from nodes.collectors.base import CollectorUnavailable
 from nodes.collectors.nvml import NVMLCollector
+from nodes.contract import ENV_AGENT_TOKEN, ENV_NODE_NAME
 
-TOKEN_ENV = "GPUPLANE_AGENT_TOKEN"
-NODE_ENV = "NODE_NAME"
+TOKEN_ENV = ENV_AGENT_TOKEN
+NODE_ENV = ENV_NODE_NAME
 
 
 class Command(BaseCommand):

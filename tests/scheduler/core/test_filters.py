@@ -20,10 +20,12 @@ from scheduler.core.plugins import (
     CapabilityMatch,
     GangFit,
     GPUMemoryFit,
-    NamespaceQuota as NamespaceQuotaFilter,
     NodeSchedulable,
     SharingModeCompat,
     UtilizationLimit,
+)
+from scheduler.core.plugins import (
+    NamespaceQuota as NamespaceQuotaFilter,
 )
 from tests.scheduler.core.builders import (
     A100,
@@ -37,7 +39,6 @@ from tests.scheduler.core.builders import (
     occupy,
     request,
 )
-
 
 # ---- NodeSchedulable ---------------------------------------------------------------------
 
