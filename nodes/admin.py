@@ -26,8 +26,7 @@ class NodeAdmin(admin.ModelAdmin):
 class PartitionInline(admin.TabularInline):
     model = Partition
     extra = 0
-    fields = ("slot", "kind", "share_milli", "memory_mib", "mig_profile", "mig_start", "mig_size", "placement", "pod")
-    raw_id_fields = ("placement",)
+    fields = ("slot", "kind", "share_milli", "memory_mib", "mig_profile", "mig_start", "mig_size", "pod")
 
 
 @admin.register(GPU)
@@ -41,11 +40,10 @@ class GPUAdmin(admin.ModelAdmin):
 
 @admin.register(Partition)
 class PartitionAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "kind", "share_milli", "memory_mib", "mig_profile", "placement", "pod")
+    list_display = ("__str__", "kind", "share_milli", "memory_mib", "mig_profile", "pod")
     list_filter = ("kind", "mig_profile")
     search_fields = ("gpu__uuid", "gpu__node__name", "pod")
     list_select_related = ("gpu__node",)
-    raw_id_fields = ("placement",)
 
 
 # --- telemetry ----------------------------------------------------------------------------------

@@ -97,8 +97,9 @@ class GPU(models.Model):
 class Partition(models.Model):
     """A unit one workload can be given: a whole GPU, a MIG instance, an MPS slot or share, a replica.
 
-    A partition holds at most one occupant: either a gpuplane Placement or a pod that inventory
-    sync found on the cluster (`pod`, "namespace/name"). It is free when it has neither.
+    A partition has at most one occupant: a holder that placed a workload on it (the scheduler;
+    nodes asks who through ``nodes.holds``) or a pod that inventory sync found on the cluster
+    (`pod`, "namespace/name"). It is free when it has neither.
     """
 
     gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="partitions")
@@ -110,9 +111,6 @@ class Partition(models.Model):
     mig_start = models.PositiveSmallIntegerField(null=True, blank=True)
     mig_size = models.PositiveSmallIntegerField(null=True, blank=True)
     mig_device_uuid = models.CharField(max_length=96, blank=True)
-    placement = models.ForeignKey(
-        "scheduler.Placement", null=True, blank=True, on_delete=models.SET_NULL, related_name="partitions"
-    )
     pod = models.CharField(max_length=317, blank=True, help_text="namespace/name of the pod found using it")
 
     class Meta:
@@ -136,10 +134,6 @@ class Partition(models.Model):
     def __str__(self) -> str:
         label = self.mig_profile or f"{self.kind} {self.share_milli / 10:g}%"
         return f"{self.gpu} [{self.slot}] {label}"
-
-    @property
-    def is_free(self) -> bool:
-        return self.placement_id is None and not self.pod
 
 
 class GPUSample(models.Model):

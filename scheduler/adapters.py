@@ -146,7 +146,7 @@ def build_snapshot(node_names: Iterable[str] | None = None) -> InventorySnapshot
     )
     partitions_by_gpu: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     for row in partitions.values_list("pk", "gpu_id", "kind", "slot", "share_milli", "memory_mib", "mig_profile",
-                                      "mig_start", "mig_size", "placement_id", "pod", "placement__memory_mib"):
+                                      "mig_start", "mig_size", "hold__placement_id", "pod", "hold__placement__memory_mib"):
         partitions_by_gpu[row[1]].append(row)
 
     index = SnapshotIndex()
@@ -290,7 +290,7 @@ def namespace_quota(namespace: str) -> NamespaceQuota | None:
     if row is None:
         return None
     gpu_milli_limit, memory_mib_limit = row
-    gpu_milli_used = Partition.objects.filter(placement__deployment__namespace=namespace).aggregate(
+    gpu_milli_used = Partition.objects.filter(hold__placement__deployment__namespace=namespace).aggregate(
         total=Sum("share_milli"))["total"] or 0
     memory_mib_used = Placement.objects.filter(
         deployment__namespace=namespace,

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from scheduler.models import Decision, Deployment, NamespaceQuota, Placement
+from scheduler.models import Decision, Deployment, NamespaceQuota, PartitionHold, Placement
 
 
 class PlacementInline(admin.TabularInline):
@@ -18,8 +18,15 @@ class DeploymentAdmin(admin.ModelAdmin):
     inlines = [PlacementInline]
 
 
+class PartitionHoldInline(admin.TabularInline):
+    model = PartitionHold
+    extra = 0
+    raw_id_fields = ("partition",)
+
+
 @admin.register(Placement)
 class PlacementAdmin(admin.ModelAdmin):
+    inlines = [PartitionHoldInline]
     list_display = ("__str__", "node", "status", "workload_name", "created_at")
     list_filter = ("status",)
     raw_id_fields = ("deployment", "node")

@@ -3,7 +3,7 @@
 A Deployment is one deploy request and its life (pending -> placed -> running, or failed /
 deleted). Each replica gets one Placement (the node, GPUs and share it was given, kept after
 release so the history stays readable) and one Decision (the stored decision matrix). The
-partitions a placement holds point at it (``nodes.Partition.placement``); the services in
+partitions a placement holds are its ``PartitionHold`` rows (``placement.holds``); the services in
 ``scheduler.services`` are the only writers. A NamespaceQuota caps what one namespace's active
 deployments may hold (edited in the admin, enforced by the services).
 """
@@ -88,6 +88,26 @@ class Placement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment} #{self.replica_index} on {self.node}"
+
+
+class PartitionHold(models.Model):
+    """A partition held by a placement: the scheduler's side of ``nodes.Partition``.
+
+    Inventory (the nodes app) knows nothing of deployments; it asks who holds what through the
+    hook in ``nodes.holds``, which ``scheduler.holds`` answers from these rows. The partition is
+    the primary key, so the database itself refuses a second holder of one partition.
+    """
+
+    partition = models.OneToOneField(
+        "nodes.Partition", on_delete=models.CASCADE, primary_key=True, related_name="hold",
+    )
+    placement = models.ForeignKey(Placement, on_delete=models.CASCADE, related_name="holds")
+
+    class Meta:
+        ordering = ["partition_id"]
+
+    def __str__(self) -> str:
+        return f"partition {self.partition_id} held by placement {self.placement_id}"
 
 
 class Decision(models.Model):

@@ -84,10 +84,23 @@ def workload_name(deployment: Deployment, ordinal: int, count: int) -> str:
     return f"{head}{suffix}"
 
 
-def group_placements(deployment: Deployment, placements: Sequence[Placement]) -> list[WorkloadGroup]:
-    """Group a deployment's placements into workloads (one per node and pod template), named.
+def added_workload_name(deployment: Deployment, first_replica_index: int) -> str:
+    """``<name>-<id>-r<index>``: a workload for replicas added to a running deployment.
 
-    Groups are ordered by their first replica; ``deployment.pk`` must be set.
+    The ``r`` keeps it apart from the ordinals of the deployment's first workloads.
+    """
+    suffix = f"-{deployment.pk}-r{first_replica_index}"
+    head = deployment.name[: MAX_NAME_LENGTH - len(suffix)].rstrip("-")
+    return f"{head}{suffix}"
+
+
+def group_placements(deployment: Deployment, placements: Sequence[Placement], *,
+                     added: bool = False) -> list[WorkloadGroup]:
+    """Group placements into workloads (one per node and pod template), named.
+
+    Groups are ordered by their first replica; ``deployment.pk`` must be set. ``added``: the
+    placements join a deployment that already has workloads, so each group is named after its
+    first replica (``added_workload_name``) and never reuses a name.
     """
     groups: dict[tuple[Any, ...], list[Placement]] = {}
     for placement in sorted(placements, key=lambda p: p.replica_index):
@@ -95,11 +108,20 @@ def group_placements(deployment: Deployment, placements: Sequence[Placement]) ->
     count = len(groups)
     return [
         WorkloadGroup(
-            name=workload_name(deployment, ordinal, count),
+            name=(added_workload_name(deployment, members[0].replica_index) if added
+                  else workload_name(deployment, ordinal, count)),
             placements=tuple(members),
         )
         for ordinal, members in enumerate(groups.values())
     ]
+
+
+def stored_groups(placements: Sequence[Placement]) -> list[WorkloadGroup]:
+    """Placements grouped by the workload name stored on them, in the order of their first replica."""
+    groups: dict[str, list[Placement]] = {}
+    for placement in sorted(placements, key=lambda p: p.replica_index):
+        groups.setdefault(placement.workload_name, []).append(placement)
+    return [WorkloadGroup(name=name, placements=tuple(members)) for name, members in groups.items()]
 
 
 def workload_spec(deployment: Deployment, group: WorkloadGroup, decision_ids: Mapping[int, int],
@@ -151,9 +173,8 @@ def workload_spec(deployment: Deployment, group: WorkloadGroup, decision_ids: Ma
 
 def workload_specs(deployment: Deployment, placements: Sequence[Placement], decision_ids: Mapping[int, int],
                    mig_starts: Mapping[int, int | None] | None = None) -> list[WorkloadSpec]:
-    """Every workload of a deployment, in the order of their first replica."""
-    return [workload_spec(deployment, group, decision_ids, mig_starts)
-            for group in group_placements(deployment, placements)]
+    """The workloads that run ``placements`` (grouped by their stored workload names), in replica order."""
+    return [workload_spec(deployment, group, decision_ids, mig_starts) for group in stored_groups(placements)]
 
 
 # OME's InferenceService (ome.io/v1beta1), the alternative target to a plain Deployment: the model
@@ -222,10 +243,10 @@ def inference_service_manifest(spec: WorkloadSpec, model: str, runtime: str = ""
 __all__ = [
     "INFERENCE_SERVICE_TEMPLATE",
     "inference_service_manifest",
-    "ANNOTATION_DECISIONS",
-    "ANNOTATION_SHARING",
     "WorkloadGroup",
+    "added_workload_name",
     "group_placements",
+    "stored_groups",
     "workload_name",
     "workload_spec",
     "workload_specs",

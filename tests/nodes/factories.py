@@ -48,9 +48,11 @@ def make_partition(
     """Create one partition on `gpu` (default: the whole GPU, free). Does not touch GPU.allocated_*.
 
     `memory_mib` defaults to the GPU's memory; MIG partitions need mig_profile/mig_start/mig_size
-    in `fields` (the database refuses them otherwise).
+    in `fields` (the database refuses them otherwise). `placement=`: a scheduler Placement that
+    holds it (a `scheduler.PartitionHold` row; tests may cross the apps, nodes code may not).
     """
-    return Partition.objects.create(
+    placement = fields.pop("placement", None)
+    partition = Partition.objects.create(
         gpu=gpu,
         kind=kind,
         slot=slot,
@@ -58,3 +60,13 @@ def make_partition(
         memory_mib=gpu.memory_mib if memory_mib is None else memory_mib,
         **fields,
     )
+    if placement is not None:
+        hold_partition(partition, placement)
+    return partition
+
+
+def hold_partition(partition: Partition, placement: Any) -> None:
+    """Make `placement` (a scheduler Placement) hold `partition`, as the scheduler's claim does."""
+    from scheduler.models import PartitionHold
+
+    PartitionHold.objects.create(partition=partition, placement=placement)

@@ -90,7 +90,7 @@ def test_it_runs_shared_workloads_on_several_nodes_and_leaves_most_capacity_free
     assert len(set(occupied.values_list("gpu__node__name", flat=True))) >= 8
     assert set(occupied.values_list("kind", flat=True)) == {"exclusive", "mig", "mps", "mps-weighted", "timeslice"}
     for node in Node.objects.all():
-        free_partitions = Partition.objects.filter(gpu__node=node, pod="", placement=None)
+        free_partitions = Partition.objects.filter(gpu__node=node, pod="", hold__isnull=True)
         free_weighted = GPU.objects.filter(node=node, allocated_milli=0)
         assert free_partitions.exists() or free_weighted.exists(), node.name
     total_milli = GPU.objects.count() * 1000

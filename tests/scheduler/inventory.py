@@ -78,13 +78,13 @@ def capacity_state() -> dict[str, Any]:
     partitions = sorted(
         (gpu, slot, kind, share, memory, placement is not None, pod)
         for gpu, slot, kind, share, memory, placement, pod in Partition.objects.values_list(
-            "gpu__uuid", "slot", "kind", "share_milli", "memory_mib", "placement_id", "pod")
+            "gpu__uuid", "slot", "kind", "share_milli", "memory_mib", "hold__placement_id", "pod")
     )
     return {"gpus": gpus, "partitions": partitions}
 
 
 def free_whole_gpus() -> int:
-    return Partition.objects.filter(kind=PartitionKind.EXCLUSIVE, placement__isnull=True, pod="").count()
+    return Partition.objects.filter(kind=PartitionKind.EXCLUSIVE, hold__isnull=True, pod="").count()
 
 
 def check_invariants() -> None:
@@ -98,8 +98,8 @@ def check_invariants() -> None:
     partition per GPU it was given.
     """
     rows = list(Partition.objects.values_list(
-        "gpu_id", "kind", "share_milli", "memory_mib", "placement_id", "pod", "placement__memory_mib",
-        "placement__node_id", "gpu__node_id", "placement__status"))
+        "gpu_id", "kind", "share_milli", "memory_mib", "hold__placement_id", "pod", "hold__placement__memory_mib",
+        "hold__placement__node_id", "gpu__node_id", "hold__placement__status"))
     sums: dict[int, list[int]] = {}
     declared_by_pods: set[int] = set()
     for gpu_id, kind, share, memory, placement_id, pod, placement_memory, placement_node, gpu_node, status in rows:
@@ -124,7 +124,7 @@ def check_invariants() -> None:
             assert memory >= expected_memory, (pk, memory, expected_memory)
         else:
             assert memory == expected_memory, (pk, memory, expected_memory)
-    held = Counter(Partition.objects.filter(placement__isnull=False).values_list("placement_id", flat=True))
+    held = Counter(Partition.objects.filter(hold__isnull=False).values_list("hold__placement_id", flat=True))
     for pk, gpu_indexes in Placement.objects.filter(
             node__isnull=False, status__in=("reserved", "binding", "running")).values_list("pk", "gpu_indexes"):
         assert held[pk] == len(gpu_indexes), f"placement {pk} holds {held[pk]} partitions for GPUs {gpu_indexes}"

@@ -18,6 +18,7 @@ from django.test import Client
 from nodes.models import GPU, Partition
 from scheduler import services
 from scheduler.models import Deployment, NamespaceQuota, Placement
+from scheduler.services import placing
 from tests.nodes.factories import make_node, make_partition
 from tests.scheduler.inventory import check_invariants, free_whole_gpus, whole_gpu_cluster
 
@@ -36,7 +37,7 @@ WORKERS = 24  # well under PostgreSQL's default max_connections of 100
 @pytest.fixture(autouse=True)
 def no_watch(monkeypatch):
     """Transactions really commit here: keep the watch task off the broker."""
-    monkeypatch.setattr(services, "_enqueue_watch", lambda deployment_id: None)
+    monkeypatch.setattr(placing, "enqueue_watch", lambda deployment_id: None)
 
 
 def deploy_all(operator, gpu_counts: list[int], namespace: str = "default",
@@ -78,7 +79,7 @@ def test_200_one_gpu_deploys_against_50_free_gpus(operator):
             assert body["decision"]["outcome"] == "unschedulable"
     assert free_whole_gpus() == 0
     assert Deployment.objects.count() == FREE_GPUS
-    assert Partition.objects.filter(placement__isnull=False).count() == FREE_GPUS
+    assert Partition.objects.filter(hold__isnull=False).count() == FREE_GPUS
     assert all(milli == 1000 for milli in GPU.objects.values_list("allocated_milli", flat=True))
     check_invariants()
 
@@ -97,7 +98,7 @@ def test_mixed_1_2_4_8_gpu_deploys_never_over_allocate(operator):
     for _gpus, status, body in results:
         if status == 409:
             assert body["detail"].startswith("0/7 nodes are available: "), body["detail"]
-    held = Partition.objects.filter(placement__isnull=False)
+    held = Partition.objects.filter(hold__isnull=False)
     assert held.count() == placed_gpus
     assert held.values("pk").distinct().count() == placed_gpus
     # Every placement holds exactly its gang, on one node.
@@ -120,7 +121,7 @@ def test_concurrent_deploys_in_one_namespace_never_exceed_its_quota(operator):
         if status == 409:  # the quota's diagnosis, not a conflict that gave up
             assert body["detail"].startswith("0/8 nodes are available: "), body["detail"]
             assert "namespace GPU quota exceeded" in body["detail"], body["detail"]
-    held = Partition.objects.filter(placement__deployment__namespace="team-q")
+    held = Partition.objects.filter(hold__placement__deployment__namespace="team-q")
     assert held.count() == 10
     assert sum(held.values_list("share_milli", flat=True)) == 10_000
     assert free_whole_gpus() == FREE_GPUS - 10
@@ -139,7 +140,7 @@ def test_concurrent_mps_deploys_that_claim_side_by_side_never_exceed_the_quota(o
             for slot in range(4):
                 make_partition(gpu, kind="mps", slot=slot, share_milli=250, memory_mib=gpu.memory_mib // 4)
     NamespaceQuota.objects.create(namespace="team-q", max_gpu_milli=2_500)  # 10 slots
-    real_decide = services.decide
+    real_decide = placing.decide
 
     def slow_decide(*args, **options):
         # As on a large cluster: the use a decision read has time to go stale before it reserves.
@@ -147,7 +148,7 @@ def test_concurrent_mps_deploys_that_claim_side_by_side_never_exceed_the_quota(o
         time.sleep(0.05)
         return plans
 
-    monkeypatch.setattr(services, "decide", slow_decide)
+    monkeypatch.setattr(placing, "decide", slow_decide)
 
     # A tiny model (2 GB) is given a 25 % MPS slot.
     results = deploy_all(operator, [1] * 40, namespace="team-q", memory_gb=2, sharing="mps")
@@ -157,5 +158,5 @@ def test_concurrent_mps_deploys_that_claim_side_by_side_never_exceed_the_quota(o
     for _gpus, status, body in results:
         if status == 409:
             assert "namespace GPU quota exceeded" in body["detail"], body["detail"]
-    assert sum(Partition.objects.filter(placement__isnull=False).values_list("share_milli", flat=True)) == 2_500
+    assert sum(Partition.objects.filter(hold__isnull=False).values_list("share_milli", flat=True)) == 2_500
     check_invariants()

@@ -56,7 +56,7 @@ def test_a_broker_outage_does_not_fail_the_deploy(operator, broker_down, caplog)
     deployment = Deployment.objects.get()
     assert deployment.status == DeploymentStatus.PLACED  # its workload exists, its GPUs are held
     assert broker_down == [deployment.pk]  # the enqueue was tried, after the workloads existed
-    assert Partition.objects.filter(placement__deployment=deployment).exists()
+    assert Partition.objects.filter(hold__placement__deployment=deployment).exists()
     assert any("could not enqueue" in record.getMessage() and record.levelname == "WARNING"
                for record in caplog.records)
 

@@ -16,7 +16,7 @@ from scheduler import adapters, services
 from scheduler.choices import DeploymentStatus
 from scheduler.core import NamespaceQuota as CoreQuota
 from scheduler.models import Deployment, NamespaceQuota
-from scheduler.services import DeploySpec, NoCapacity
+from scheduler.services import DeploySpec, NoCapacity, placing
 from tests.scheduler.inventory import (
     check_invariants,
     demo_cluster,
@@ -66,7 +66,7 @@ def test_usage_counts_the_share_held_not_whole_gpus():
     NamespaceQuota.objects.create(namespace="team-a", max_gpu_milli=4000)
     deployment = services.deploy(DeploySpec(name="small", model="m", memory_gb=8, priority="low",
                                             workload_type="batch", namespace="team-a"), cluster=empty_cluster())
-    held = sum(Partition.objects.filter(placement__deployment=deployment).values_list("share_milli", flat=True))
+    held = sum(Partition.objects.filter(hold__placement__deployment=deployment).values_list("share_milli", flat=True))
 
     assert 0 < held < 1000  # an MPS share, not a whole GPU
     assert adapters.namespace_quota("team-a").gpu_milli_used == held
@@ -140,7 +140,7 @@ def test_the_reservation_rechecks_the_quota_it_decided_on(cluster, monkeypatch):
         reads.append(quota)
         return quota
 
-    monkeypatch.setattr(services, "namespace_quota", stale_then_real)
+    monkeypatch.setattr(placing, "namespace_quota", stale_then_real)
 
     with pytest.raises(NoCapacity, match="namespace GPU quota exceeded"):
         deploy(cluster, "a2")
@@ -155,13 +155,13 @@ def test_a_reservation_under_a_quota_takes_the_placement_lock_alone(cluster, mon
     race itself is in test_concurrency.py (PostgreSQL)."""
     NamespaceQuota.objects.create(namespace="team-a", max_gpu_milli=8000)
     modes: list[bool] = []
-    real_lock = services._placement_lock
+    real_lock = placing.placement_lock
 
     def lock(*, exclusive):
         modes.append(exclusive)
         real_lock(exclusive=exclusive)
 
-    monkeypatch.setattr(services, "_placement_lock", lock)
+    monkeypatch.setattr(placing, "placement_lock", lock)
 
     deploy(cluster, "a1")
     deploy(cluster, "b1", namespace="team-b")

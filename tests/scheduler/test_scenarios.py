@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from nodes.models import GPU, Partition
 from scheduler import services
 from scheduler.choices import DeploymentStatus
+from scheduler.models import Deployment
 from scheduler.services import DeploySpec, NoCapacity
 from tests.scheduler.inventory import check_invariants, demo_cluster, set_utilization
 
@@ -141,5 +142,5 @@ def test_the_whole_demo_fills_up_and_then_answers_409_without_over_allocating(cl
                             cluster=cluster)
             placed += 1
     assert placed > 10
-    assert all(d.status == DeploymentStatus.PLACED for d in services.Deployment.objects.all())
+    assert all(d.status == DeploymentStatus.PLACED for d in Deployment.objects.all())
     check_invariants()

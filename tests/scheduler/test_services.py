@@ -13,7 +13,7 @@ from nodes.services import sync_inventory
 from scheduler import services, workloads
 from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
 from scheduler.models import Decision, Deployment, Placement
-from scheduler.services import DeploySpec, NoCapacity
+from scheduler.services import DeploySpec, NoCapacity, placing
 from tests.scheduler.inventory import FakeClock, capacity_state, check_invariants, demo_cluster, set_utilization
 
 pytestmark = pytest.mark.django_db
@@ -44,7 +44,7 @@ def test_it_places_reserves_and_creates_one_pinned_workload(cluster):
     (placement,) = deployment.placements.all()
     assert placement.status == PlacementStatus.BINDING
     assert placement.sharing == PartitionKind.EXCLUSIVE and placement.node.gpu_model.startswith("H100")
-    (held,) = Partition.objects.filter(placement=placement)
+    (held,) = Partition.objects.filter(hold__placement=placement)
     assert held.gpu.index == placement.gpu_indexes[0]
     gpu = GPU.objects.get(pk=held.gpu_id)
     assert (gpu.allocated_milli, gpu.allocated_memory_mib) == (1000, gpu.memory_mib)
@@ -202,7 +202,7 @@ def test_a_capacity_shortage_is_never_handed_over(cluster):
 def steal_on_decide(monkeypatch, times: int) -> list[int]:
     """Make another writer take what each of the next ``times`` decisions chose (a pod grabs it)."""
     stolen: list[int] = []
-    real_decide = services.decide
+    real_decide = placing.decide
 
     def decide(spec, inventory, scheduler, **options):
         plans = real_decide(spec, inventory, scheduler, **options)
@@ -214,7 +214,7 @@ def steal_on_decide(monkeypatch, times: int) -> list[int]:
                         stolen.append(row.pk)
         return plans
 
-    monkeypatch.setattr(services, "decide", decide)
+    monkeypatch.setattr(placing, "decide", decide)
     return stolen
 
 
@@ -224,7 +224,7 @@ def test_a_conflict_is_retried_on_a_fresh_snapshot(cluster, monkeypatch):
     deployment = services.deploy(spec(name="big", memory_gb=40, priority="high", latency_slo_ms=80), cluster=cluster)
 
     (placement,) = deployment.placements.all()
-    held = Partition.objects.get(placement=placement)
+    held = Partition.objects.get(hold__placement=placement)
     assert stolen and held.pk not in stolen
     assert Deployment.objects.count() == 1  # the conflicting attempt left nothing behind
 
@@ -292,13 +292,13 @@ def test_delete_keeps_the_reservation_when_the_cluster_refuses(cluster):
 
 def test_a_workload_already_gone_does_not_block_the_delete(cluster):
     deployment = services.deploy(spec(), cluster=cluster)
-    before_deploy_capacity = Partition.objects.filter(placement__isnull=False).count()
+    before_deploy_capacity = Partition.objects.filter(hold__isnull=False).count()
     cluster.delete_workload(deployment.namespace, deployment.placements.get().workload_name)
 
     services.delete_deployment(deployment, cluster=cluster)
 
     assert before_deploy_capacity == 1
-    assert not Partition.objects.filter(placement__isnull=False).exists()
+    assert not Partition.objects.filter(hold__isnull=False).exists()
 
 
 # ---- validation --------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from nodes.cluster.base import ClusterError
 from scheduler import services, tasks
 from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.models import Deployment
-from scheduler.services import DeploySpec
+from scheduler.services import DeploySpec, watching
 from scheduler.tasks import WorkloadNotReady, watch_deployment_task
 from tests.scheduler.inventory import FakeClock, capacity_state, demo_cluster
 
@@ -157,7 +157,7 @@ def test_the_task_watches_the_configured_cluster_end_to_end(clock, monkeypatch):
     cluster = demo_cluster(clock)
     deployment = deploy(cluster)
     clock.advance(5)
-    monkeypatch.setattr(services, "get_cluster", lambda: cluster)
+    monkeypatch.setattr(watching, "get_cluster", lambda: cluster)
 
     assert watch_deployment_task.apply(args=(deployment.pk,)).get() == "running"
     deployment.refresh_from_db()

@@ -104,7 +104,7 @@ def deploy(**fields: Any) -> Deployment:
 
 
 def free_partitions() -> int:
-    return Partition.objects.filter(placement__isnull=True, pod="").count()
+    return Partition.objects.filter(hold__isnull=True, pod="").count()
 
 
 # ---- access ----------------------------------------------------------------------------------------

@@ -1,0 +1,17 @@
+"""Drop ``Partition.placement``: holds now live in ``scheduler.PartitionHold`` (copied there first).
+
+This is the last nodes migration that depends on a scheduler one: it must run after the copy.
+"""
+from django.db import migrations
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ("nodes", "0003_telemetry"),
+        ("scheduler", "0004_partition_hold"),
+    ]
+
+    operations = [
+        migrations.RemoveField(model_name="partition", name="placement"),
+    ]

@@ -1,0 +1,149 @@
+"""Deciding: every replica of a request through the placement core, on a snapshot of the inventory.
+
+Default scheduler (seed 004)
+----------------------------
+``enable_gpu_selection=False`` skips selection: every replica goes to the default Kubernetes
+scheduler (decision outcome "skipped"). Otherwise, when no node qualifies and the request
+allows it, a replica is handed to the default scheduler only if some node was turned away by
+telemetry alone (utilization over the limit) - Kubernetes may still run it there; when every
+node lacks capacity, handing over could only leave a pod Pending, so the answer is 409.
+Handed-over replicas reserve nothing: inventory sync counts their pods once they bind.
+A namespace with a quota is never handed over (see ``capacity``).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from gpuplane.observability import PLACEMENT_DECISION_SECONDS
+from scheduler.adapters import InventorySnapshot, PartitionClaim, partition_claims
+from scheduler.choices import DecisionOutcome
+from scheduler.core import Decision as CoreDecision
+from scheduler.core import NamespaceQuota as Quota
+from scheduler.core import Outcome, PlacementRequest, ProfileError, Scheduler, build_profile
+from scheduler.core.profiles import PROFILES
+from scheduler.services.errors import NoCapacity
+from scheduler.services.spec import DeploySpec
+
+# Filters whose rejection reflects telemetry, not capacity: the default scheduler may still run
+# the workload where they said no (see "Default scheduler" above).
+TELEMETRY_FILTERS = frozenset({"UtilizationLimit"})
+
+
+def placement_scheduler() -> Scheduler:
+    """A ``Scheduler`` for the configured profile, with the settings' top-K, idle thresholds and
+    classification applied. Raises ``ImproperlyConfigured`` for an unknown or invalid profile."""
+    name = settings.GPUPLANE_SCHEDULER_PROFILE
+    profiles = {**PROFILES, **getattr(settings, "SCHEDULER_PROFILES", {})}
+    if name not in profiles:
+        raise ImproperlyConfigured(f"GPUPLANE_SCHEDULER_PROFILE {name!r} is not a profile ({', '.join(sorted(profiles))})")
+    data = dict(profiles[name])
+    data["name"] = name
+    data["top_k"] = settings.DECISION_MATRIX_TOP_K
+    data["fallback"] = {
+        **dict(data.get("fallback") or {}),
+        "idle_utilization_pct": settings.IDLE_UTILIZATION_PCT,
+        "idle_memory_pct": settings.IDLE_MEMORY_PCT,
+    }
+    data["classification"] = {**dict(data.get("classification") or {}),
+                              **getattr(settings, "SCHEDULER_CLASSIFICATION", {})}
+    try:
+        return Scheduler(build_profile(data))
+    except (ProfileError, ValueError, KeyError) as error:
+        raise ImproperlyConfigured(f"scheduling profile {name!r}: {error}") from error
+
+
+@dataclass
+class ReplicaPlan:
+    """One replica's decision: its outcome, the stored matrix and (when placed) its claims."""
+
+    replica_index: int
+    outcome: str
+    decision: CoreDecision
+    matrix: dict[str, Any]
+    message: str
+    duration_ms: float
+    claims: list[PartitionClaim] = field(default_factory=list)
+
+
+def _request(spec: DeploySpec, replica_index: int, quota: Quota | None) -> PlacementRequest:
+    return PlacementRequest(
+        key=f"{spec.namespace}/{spec.name}#{replica_index}",
+        memory_mib=spec.memory_mib,
+        gpu_count=spec.gpu_count,
+        priority=spec.priority,  # type: ignore[arg-type]  # StrEnum values compare equal
+        latency_slo_ms=spec.latency_slo_ms,
+        workload_type=spec.workload_type,  # type: ignore[arg-type]
+        namespace=spec.namespace,
+        sharing=spec.sharing,  # type: ignore[arg-type]
+        enable_gpu_selection=spec.enable_gpu_selection,
+        # The fallback is the services' call (see the module docstring), not the core's.
+        allow_default_scheduler=False,
+        quota=quota,
+    )
+
+
+def _telemetry_rejections(decision: CoreDecision, scheduler: Scheduler) -> int:
+    """Nodes turned away by telemetry alone (they passed every capacity filter before it)."""
+    reasons = {reason for plugin in scheduler.profile.filters if plugin.NAME in TELEMETRY_FILTERS
+               for reason in plugin.reasons}
+    return sum(count for reason, count in decision.diagnosis.rejected.items() if reason in reasons)
+
+
+def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler, *,
+           quota: Quota | None = None, replica_indexes: Iterable[int] | None = None) -> list[ReplicaPlan]:
+    """Decide each replica on ``inventory`` (each sees the ones before it); raise ``NoCapacity``.
+
+    ``replica_indexes`` are the replicas to decide, all of the spec's (0 .. replicas-1) by default.
+
+    ``quota`` is the namespace's quota and use (``adapters.namespace_quota``), None for none;
+    each replica is checked against it with the replicas before it counted as used. A namespace
+    with a quota is never handed to the default scheduler, neither for busy nodes nor with
+    selection disabled (``NoCapacity``): what that scheduler gives is not charged to the quota
+    (see "Namespace quotas"). Each plan's ``matrix`` is the core's ``Decision.to_dict()`` plus
+    ``plugins``, the score plugins in profile order (a stored ``weights`` object loses its key
+    order on PostgreSQL). Observes each decision's duration into ``PLACEMENT_DECISION_SECONDS``.
+    """
+    plans = []
+    indexes = range(spec.replicas) if replica_indexes is None else replica_indexes
+    for replica_index in indexes:
+        started = time.perf_counter()
+        decision = scheduler.schedule(_request(spec, replica_index, quota), inventory.snapshot)
+        elapsed = time.perf_counter() - started
+        PLACEMENT_DECISION_SECONDS.observe(elapsed)
+        matrix = decision.to_dict()
+        # PostgreSQL's jsonb does not keep key order: keep the profile's plugin order as a list.
+        matrix["plugins"] = list(decision.weights)
+        message = decision.message
+        if decision.outcome == Outcome.PLACED:
+            assert decision.assignment is not None
+            plan = ReplicaPlan(replica_index, DecisionOutcome.PLACED, decision, matrix, message, elapsed * 1000,
+                               claims=partition_claims(decision.assignment, inventory.index))
+            if quota is not None:  # the next replica sees this one as used
+                quota = replace(quota, gpu_milli_used=quota.gpu_milli_used + decision.assignment.share_milli,
+                                memory_mib_used=quota.memory_mib_used + spec.memory_mib)
+        elif decision.outcome == Outcome.DEFAULT_SCHEDULER:  # only when selection is disabled
+            if quota is not None:
+                message = (f"namespace {spec.namespace} has a quota, so GPU selection cannot be skipped: the "
+                           "default Kubernetes scheduler's choice would not be charged to it")
+                matrix["outcome"] = DecisionOutcome.UNSCHEDULABLE.value
+                matrix["message"] = message
+                raise NoCapacity(message, matrix, replica_index)
+            plan = ReplicaPlan(replica_index, DecisionOutcome.SKIPPED, decision, matrix, message, elapsed * 1000)
+        elif (spec.allow_default_scheduler and quota is None
+              and (busy := _telemetry_rejections(decision, scheduler))):
+            message = (f"{message}; handed over to the default Kubernetes scheduler (no node affinity): "
+                       f"{busy} node(s) have the capacity but are busy by telemetry")
+            matrix["outcome"] = DecisionOutcome.DEFAULT_SCHEDULER.value
+            matrix["message"] = message
+            plan = ReplicaPlan(replica_index, DecisionOutcome.DEFAULT_SCHEDULER, decision, matrix, message,
+                               elapsed * 1000)
+        else:
+            raise NoCapacity(message, matrix, replica_index)
+        plans.append(plan)
+    return plans

@@ -1,0 +1,66 @@
+"""The deploy pipeline (DESIGN.md section 3): validate, place every replica, watch; and delete.
+
+Views, API and tasks call these functions and hold no logic of their own. ``deploy`` places
+every replica of a new deployment through ``placing.place_replicas`` (decide, reserve all or
+nothing, create the workloads, enqueue the watch); ``delete_deployment`` deletes its workloads
+and releases every replica. Every change of state is an audit event.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from lifecycle.audit import actor_name
+from lifecycle.transitions import transition
+from nodes.cluster.base import ClusterBackend, ClusterError, get_cluster
+from scheduler.choices import DeploymentStatus
+from scheduler.models import Deployment
+from scheduler.services.execution import delete_workloads, workload_names
+from scheduler.services.placing import place_replicas, release_all
+from scheduler.services.spec import DeploySpec, validate_spec
+
+
+def deploy(spec: DeploySpec, *, user: Any = None, cluster: ClusterBackend | None = None) -> Deployment:
+    """Validate, decide, reserve and execute a deploy request; return the PLACED deployment.
+
+    Raises ``ValidationError`` (bad input; nothing stored), ``NoCapacity`` (nothing fits, or the
+    namespace's quota is used up; nothing stored) or ``DeployFailed`` (the cluster refused a
+    workload; the deployment is stored as FAILED and everything it reserved is released). Every
+    replica is reserved in one transaction, all or nothing; once the workloads exist and the
+    deployment is PLACED, ``scheduler.tasks.watch_deployment_task`` is enqueued (a failure to
+    enqueue is logged, never raised: ``sweep_deployments`` is the safety net).
+    """
+    spec = validate_spec(spec)
+    deployment = Deployment(
+        name=spec.name, model=spec.model, memory_mib=spec.memory_mib, gpu_count=spec.gpu_count,
+        replicas=spec.replicas, workload_type=spec.workload_type, priority=spec.priority,
+        latency_slo_ms=spec.latency_slo_ms, namespace=spec.namespace, labels=dict(spec.labels),
+        sharing=spec.sharing, enable_gpu_selection=spec.enable_gpu_selection, status=DeploymentStatus.PENDING,
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+    )
+    place_replicas(deployment, range(spec.replicas), spec=spec, user=user, cluster=cluster)
+    return deployment
+
+
+def delete_deployment(deployment: Deployment, *, user: Any = None, cluster: ClusterBackend | None = None) -> None:
+    """Delete a deployment's workloads, release every partition, and mark it DELETED.
+
+    Idempotent (a DELETED deployment is left alone). Workloads already gone are fine; if the
+    cluster refuses to delete one, ``ClusterError`` propagates and nothing is released (its
+    pods may still hold the GPUs).
+    """
+    deployment.refresh_from_db()
+    if deployment.status == DeploymentStatus.DELETED:
+        return
+    backend = cluster if cluster is not None else get_cluster()
+    failures = delete_workloads(backend, deployment.namespace, workload_names(deployment))
+    if failures:
+        raise ClusterError(f"could not delete the workloads of {deployment}: {'; '.join(failures)}")
+    who = f" by {user.get_username()}" if getattr(user, "is_authenticated", False) else ""
+    others = [status for status in DeploymentStatus.values if status != DeploymentStatus.DELETED]
+    with transaction.atomic():
+        if transition(Deployment, deployment.pk, others, DeploymentStatus.DELETED, actor=actor_name(user),
+                      reason=f"deleted{who}", values={"message": f"deleted{who}"}):
+            release_all(deployment)
+    deployment.refresh_from_db()

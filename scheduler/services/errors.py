@@ -1,0 +1,34 @@
+"""What the placement services raise: no capacity (409), the cluster refused (502), a retryable conflict."""
+from __future__ import annotations
+
+from typing import Any
+
+from nodes.cluster.base import ClusterError
+from scheduler.models import Deployment
+
+
+class NoCapacity(Exception):
+    """Nothing fits (HTTP 409); nothing was stored.
+
+    ``message`` reads like kube-scheduler's ("0/12 nodes are available: ..."); ``decision`` is the
+    core ``Decision.to_dict()`` of the replica that could not be placed, ``replica_index`` its index.
+    """
+
+    def __init__(self, message: str, decision: dict[str, Any], replica_index: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.decision = decision
+        self.replica_index = replica_index
+
+
+class DeployFailed(ClusterError):
+    """The cluster refused a workload; everything reserved for it was released."""
+
+    def __init__(self, message: str, deployment: Deployment) -> None:
+        super().__init__(message)
+        self.message = message
+        self.deployment = deployment
+
+
+class CapacityConflict(Exception):
+    """Another writer took capacity this attempt chose; the attempt is rolled back and retried."""

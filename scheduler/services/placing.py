@@ -1,0 +1,316 @@
+"""Placing and releasing replicas: the one way a replica gets capacity, and the one way it gives it back.
+
+``place_replicas(deployment, replica_indexes)`` decides the replicas on a fresh snapshot,
+reserves them in one transaction (all or nothing, with bounded retries: see ``capacity``), then
+creates their workloads on the cluster; a failure after the reservation releases exactly what
+was reserved. The deploy pipeline calls it for every replica of a new (still unsaved)
+deployment, which is stored in the same transaction as its reservations, so a request that does
+not fit stores nothing; rolling updates, consolidation and autoscaling call it for replicas of an
+existing deployment, under new replica indexes (a released placement keeps its row and index, so
+history stays readable). ``release_replica`` removes one replica: its pod (scaling its workload
+down, or deleting it when it was the last replica there) and then its partitions.
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from django.db import IntegrityError, OperationalError, transaction
+from django.utils import timezone
+
+from lifecycle.audit import AuditEntry, record, record_many
+from lifecycle.transitions import transition
+from nodes.cluster.base import ClusterBackend, ClusterError, NotFound, get_cluster
+from scheduler.adapters import build_snapshot, namespace_quota
+from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
+from scheduler.models import Decision, Deployment, Placement
+from scheduler.services.capacity import (
+    charge_gpus,
+    check_quota,
+    claim,
+    is_retryable,
+    lock_gpus,
+    placement_lock,
+    release_placements,
+)
+from scheduler.services.deciding import ReplicaPlan, decide, placement_scheduler
+from scheduler.services.errors import CapacityConflict, DeployFailed, NoCapacity
+from scheduler.services.execution import create_workloads, delete_workloads, specs_for
+from scheduler.services.spec import DeploySpec, spec_of
+from scheduler.services.watching import ACTIVE, enqueue_watch, fail_deployment
+from scheduler.workloads import group_placements
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 5
+ACTIVE_PLACEMENT = (PlacementStatus.RESERVED, PlacementStatus.BINDING, PlacementStatus.RUNNING)
+
+
+def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, spec: DeploySpec | None = None,
+                   user: Any = None, cluster: ClusterBackend | None = None) -> list[Placement]:
+    """Decide, reserve and start ``replica_indexes`` of ``deployment``; return their placements.
+
+    ``deployment`` is either unsaved (a new deploy: it is saved with its reservations, in one
+    transaction) or an active stored one whose replica indexes are unused. ``spec`` is the
+    request (default: the one the deployment was made from). Raises ``NoCapacity`` (nothing
+    stored, nothing held), ``DeployFailed`` (the cluster refused a workload: what these replicas
+    reserved is released; a new deployment is stored FAILED) or ``ValueError`` (bad indexes, or
+    a deployment that is not active).
+    """
+    indexes = sorted(set(replica_indexes))
+    if not indexes or indexes[0] < 0:
+        raise ValueError(f"replica indexes must be a non-empty set of whole numbers >= 0, not {indexes}")
+    new = deployment.pk is None
+    if not new:
+        if deployment.status not in ACTIVE:
+            raise ValueError(f"{deployment} is {deployment.status}: only an active deployment gets replicas")
+        used = set(deployment.placements.filter(replica_index__in=indexes).values_list("replica_index", flat=True))
+        if used:
+            raise ValueError(f"{deployment} already has replicas {sorted(used)}")
+    request = spec if spec is not None else spec_of(deployment)
+    backend = cluster if cluster is not None else get_cluster()
+    placements = _decide_and_reserve(deployment, request, indexes, user)
+    _start(deployment, placements, backend, new=new)
+    return placements
+
+
+def release_replica(deployment: Deployment, replica_index: int, *, user: Any = None, reason: str = "",
+                    cluster: ClusterBackend | None = None) -> bool:
+    """Remove one replica: its pod from the cluster, then its partitions; False if it holds nothing.
+
+    Its workload is scaled down to the replicas that stay there, or deleted when it was the
+    last. ``ClusterError`` propagates with nothing released (the pod may still use the GPUs).
+    """
+    placement = deployment.placements.filter(replica_index=replica_index, status__in=ACTIVE_PLACEMENT).first()
+    if placement is None:
+        return False
+    backend = cluster if cluster is not None else get_cluster()
+    if placement.workload_name:
+        staying = deployment.placements.filter(workload_name=placement.workload_name,
+                                               status__in=ACTIVE_PLACEMENT).exclude(pk=placement.pk).count()
+        try:
+            if staying:
+                backend.scale_workload(deployment.namespace, placement.workload_name, staying)
+            else:
+                backend.delete_workload(deployment.namespace, placement.workload_name)
+        except NotFound:
+            pass
+    with transaction.atomic():
+        released = release_placements([placement.pk])
+        Placement.objects.filter(pk=placement.pk).update(status=PlacementStatus.RELEASED)
+        record("placement.released", placement, actor=user, reason=reason or "replica removed",
+               before={"status": placement.status, "partitions": released}, after={"status": "released"})
+    return True
+
+
+def release_all(deployment: Deployment) -> int:
+    """Release every placement of a deployment in the current transaction (no cluster call)."""
+    placements = Placement.objects.filter(deployment_id=deployment.pk)
+    released = release_placements(placements.values_list("pk", flat=True))
+    placements.update(status=PlacementStatus.RELEASED)
+    return released
+
+
+def next_replica_index(deployment: Deployment) -> int:
+    """The lowest replica index no placement of the deployment ever used."""
+    indexes = deployment.placements.values_list("replica_index", flat=True)
+    return max(indexes, default=-1) + 1
+
+
+# ---- reserving ---------------------------------------------------------------------------------
+
+
+def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Sequence[int],
+                        user: Any) -> list[Placement]:
+    """Decide and reserve with bounded retries (see ``capacity``, "Reservation and concurrency")."""
+    scheduler = placement_scheduler()
+    new = deployment.pk is None
+    last_conflict = ""
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            if attempt > 1:
+                with transaction.atomic():
+                    placement_lock(exclusive=True)
+                    inventory = build_snapshot()
+                    quota = namespace_quota(spec.namespace)
+                    plans = decide(spec, inventory, scheduler, quota=quota, replica_indexes=indexes)
+                    placements = _reserve(deployment, plans, inventory.index.node_pk, user)
+                    if quota is not None:
+                        check_quota(spec.namespace)
+                    return placements
+            inventory = build_snapshot()
+            quota = namespace_quota(spec.namespace)
+            plans = decide(spec, inventory, scheduler, quota=quota, replica_indexes=indexes)
+            with transaction.atomic():
+                # Holders of the shared lock reserve side by side: two of them could both pass a
+                # quota check. With a quota, check and claim alone (see "Namespace quotas").
+                placement_lock(exclusive=quota is not None)
+                placements = _reserve(deployment, plans, inventory.index.node_pk, user)
+                if quota is not None:
+                    check_quota(spec.namespace)
+                return placements
+        except (CapacityConflict, IntegrityError) as error:
+            last_conflict = str(error)
+        except OperationalError as error:
+            if not is_retryable(error):
+                raise
+            last_conflict = str(error)
+        finally:
+            if new and (deployment.pk is None or not Deployment.objects.filter(pk=deployment.pk).exists()):
+                _forget(deployment)  # rolled back: the instance must not keep the id it never got
+        logger.info("placement of %s/%s conflicted (attempt %d): %s", spec.namespace, spec.name, attempt,
+                    last_conflict)
+    inventory = build_snapshot()
+    # Raises NoCapacity when the capacity (or the namespace's quota) is simply gone.
+    plans = decide(spec, inventory, scheduler, quota=namespace_quota(spec.namespace), replica_indexes=indexes)
+    message = (f"capacity kept changing while placing {spec.namespace}/{spec.name}: {MAX_ATTEMPTS} attempts "
+               f"conflicted with other writers (last: {last_conflict}); try again")
+    raise NoCapacity(message, plans[0].matrix if plans else {}, indexes[0])
+
+
+def _forget(deployment: Deployment) -> None:
+    deployment.pk = None
+    deployment._state.adding = True
+
+
+def _reserve(deployment: Deployment, plans: list[ReplicaPlan], node_pks: Mapping[str, int],
+             user: Any) -> list[Placement]:
+    """Store the placements and decisions of ``plans`` and claim their partitions.
+
+    Saves ``deployment`` first when it is new. Must run inside a transaction; raises
+    ``CapacityConflict`` or ``IntegrityError`` when capacity was taken meanwhile (the caller rolls
+    back and retries).
+    """
+    added = deployment.pk is not None
+    if not added:
+        deployment.save()
+        record("deployment.created", deployment, actor=user, reason="deploy request",
+               after={"replicas": deployment.replicas, "memory_mib": deployment.memory_mib,
+                      "gpu_count": deployment.gpu_count, "sharing": deployment.sharing})
+    placements = [_placement(deployment, plan, node_pks) for plan in plans]
+    for group in group_placements(deployment, placements, added=added):
+        for placement in group.placements:
+            placement.workload_name = group.name
+    Placement.objects.bulk_create(placements)
+    if any(p.pk is None for p in placements):  # pragma: no cover - both supported databases return ids
+        by_index = dict(deployment.placements.values_list("replica_index", "pk"))
+        for placement in placements:
+            placement.pk = by_index[placement.replica_index]
+
+    claims = [(c, placement) for plan, placement in zip(plans, placements, strict=True) for c in plan.claims]
+    lock_gpus(c.gpu_pk for c, _ in claims)
+    charges: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for partition_claim, placement in sorted(claims, key=lambda item: (item[0].gpu_pk, item[0].slot)):
+        milli, memory = claim(partition_claim, placement.pk)
+        charges[partition_claim.gpu_pk][0] += milli
+        charges[partition_claim.gpu_pk][1] += memory
+    charge_gpus(charges)
+
+    Decision.objects.bulk_create(
+        Decision(
+            deployment=deployment, replica_index=plan.replica_index, outcome=plan.outcome,
+            node_id=node_pks.get(plan.decision.node) if plan.decision.node else None,
+            profile=plan.decision.profile_name, weights=dict(plan.decision.weights), matrix=plan.matrix,
+            message=plan.message, duration_ms=plan.duration_ms,
+        )
+        for plan in plans
+    )
+    record_many(AuditEntry("placement.reserved", placement, actor=user, reason=plan.message,
+                           after=_placement_facts(placement, plan))
+                for plan, placement in zip(plans, placements, strict=True))
+    # No watch is enqueued here: an eager one would run before the workloads exist. A deployment
+    # left PENDING by a crash before ``_start`` is found by the sweeper and failed on timeout.
+    return placements
+
+
+def _placement(deployment: Deployment, plan: ReplicaPlan, node_pks: Mapping[str, int]) -> Placement:
+    assignment = plan.decision.assignment
+    if plan.outcome == DecisionOutcome.PLACED and assignment is not None:
+        first = assignment.partitions[0]
+        return Placement(
+            deployment=deployment, node_id=node_pks[assignment.node], replica_index=plan.replica_index,
+            sharing=str(assignment.kind), gpu_indexes=list(assignment.gpu_indexes),
+            share_milli=first.share_milli, memory_mib=first.memory_mib, mig_profile=first.mig_profile,
+            resources=dict(assignment.resources), env=dict(assignment.env),
+        )
+    return Placement(deployment=deployment, node=None, replica_index=plan.replica_index)
+
+
+def _placement_facts(placement: Placement, plan: ReplicaPlan) -> dict[str, Any]:
+    return {"replica": placement.replica_index, "node": plan.decision.node or None, "outcome": str(plan.outcome),
+            "gpus": list(placement.gpu_indexes), "sharing": placement.sharing,
+            "share_milli": placement.share_milli, "mig_profile": placement.mig_profile}
+
+
+# ---- starting ----------------------------------------------------------------------------------
+
+
+def _start(deployment: Deployment, placements: list[Placement], cluster: ClusterBackend, *, new: bool) -> None:
+    """Create the workloads of ``placements``; on failure undo them and release (``DeployFailed``).
+
+    A new deployment moves PENDING -> PLACED; one that gained replicas moves back to PLACED until
+    the watch sees every workload ready. Either way the watch is enqueued after commit.
+    """
+    for placement in placements:
+        placement.deployment = deployment
+    loaded = list(Placement.objects.filter(pk__in=[p.pk for p in placements]).select_related("node")
+                  .order_by("replica_index"))
+    specs = specs_for(deployment, loaded)
+    try:
+        create_workloads(cluster, specs)
+    except ClusterError as error:
+        leftovers = getattr(error, "leftovers", [])
+        message = (f"the cluster refused workload {getattr(error, 'workload', '')}: {error}; everything reserved "
+                   "was released")
+        if leftovers:
+            message += f" (could not remove {', '.join(leftovers)}; inventory sync will account for their pods)"
+        _undo(deployment, loaded, message, new=new)
+        raise DeployFailed(message, deployment) from error
+    except BaseException:
+        _undo(deployment, loaded, "placement aborted by an internal error; everything reserved was released",
+              new=new)
+        raise
+
+    from_statuses = [DeploymentStatus.PENDING] if new else [DeploymentStatus.PLACED, DeploymentStatus.RUNNING]
+    with transaction.atomic():
+        placed = transition(Deployment, deployment.pk, from_statuses, DeploymentStatus.PLACED, actor="system:scheduler",
+                            reason=_placed_message(loaded),
+                            values={"placed_at": timezone.now(), "message": _placed_message(loaded)})
+        if placed:
+            Placement.objects.filter(pk__in=[p.pk for p in loaded], status=PlacementStatus.RESERVED).update(
+                status=PlacementStatus.BINDING)
+    if not placed:
+        # Deleted (or failed by the watch) while we were creating workloads: undo ours too.
+        delete_workloads(cluster, deployment.namespace, [spec.name for spec in specs])
+        deployment.refresh_from_db()
+        raise DeployFailed(f"{deployment} was {deployment.status} while its workloads were being created",
+                           deployment)
+    # Only now, with the workloads created and PLACED committed: an eager watch (tests, dev)
+    # runs right here and must find them. Robust: a broken callback never fails the deploy.
+    deployment_id = deployment.pk
+    transaction.on_commit(lambda: enqueue_watch(deployment_id), robust=True)
+    deployment.refresh_from_db()
+
+
+def _undo(deployment: Deployment, placements: list[Placement], message: str, *, new: bool) -> None:
+    """Release what ``placements`` reserved: the whole deployment FAILED when new, else these replicas."""
+    if new:
+        fail_deployment(deployment, message)
+        return
+    with transaction.atomic():
+        release_placements([p.pk for p in placements])
+        Placement.objects.filter(pk__in=[p.pk for p in placements]).update(status=PlacementStatus.FAILED)
+        record_many(AuditEntry("placement.failed", p, reason=message) for p in placements)
+
+
+def _placed_message(placements: list[Placement]) -> str:
+    nodes = sorted({p.node.name for p in placements if p.node_id is not None})
+    handed = sum(1 for p in placements if p.node_id is None)
+    parts = []
+    if nodes:
+        parts.append(f"placed on {', '.join(nodes)}")
+    if handed:
+        parts.append(f"{handed} replica(s) handed to the default Kubernetes scheduler")
+    return "; ".join(parts) + "; waiting for the workloads to be ready"

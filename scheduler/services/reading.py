@@ -1,0 +1,29 @@
+"""What pages and the API show of placements (read-only)."""
+from __future__ import annotations
+
+from typing import Any
+
+from nodes.models import SHARE_MILLI_FULL
+from scheduler.choices import DecisionOutcome
+from scheduler.models import Placement
+
+
+def placement_summary(placement: Placement) -> dict[str, Any]:
+    """What the API and the UI show of a placement.
+
+    ``{"node", "gpu_model", "gpus", "sharing", "share_percent", "mig_profile"}``: ``node`` and
+    ``gpu_model`` are None and ``sharing`` is "default-scheduler" for a replica handed to the
+    default Kubernetes scheduler; ``share_percent`` is the compute share per GPU (100.0 whole).
+    """
+    if placement.node_id is None:
+        return {"node": None, "gpu_model": None, "gpus": [], "sharing": DecisionOutcome.DEFAULT_SCHEDULER.value,
+                "share_percent": None, "mig_profile": ""}
+    node = placement.node
+    return {
+        "node": node.name,
+        "gpu_model": node.gpu_model or None,
+        "gpus": list(placement.gpu_indexes or []),
+        "sharing": placement.sharing,
+        "share_percent": placement.share_milli * 100 / SHARE_MILLI_FULL,
+        "mig_profile": placement.mig_profile,
+    }

@@ -1,0 +1,168 @@
+"""A deploy request (``DeploySpec``) and its validation, shared by the REST API and the deploy form."""
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from nodes.contract import RESERVED_LABEL_KEYS, RESERVED_LABEL_PREFIX
+from scheduler.choices import Priority, SharingRequest, WorkloadType
+from scheduler.models import Deployment
+
+MIB_PER_GB = 1024  # the core's GB (scheduler/core/classify.py)
+MAX_MEMORY_GB = 4096
+MAX_GPU_COUNT = 16  # the largest GPU nodes have 16; a gang must fit on one node
+MAX_LATENCY_SLO_MS = 86_400_000
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    """A deploy request, as the REST API and the deploy form take it (``validate_spec`` checks it)."""
+
+    name: str
+    model: str
+    memory_gb: float
+    gpu_count: int = 1
+    replicas: int = 1
+    workload_type: str = WorkloadType.INFERENCE
+    priority: str = Priority.MEDIUM
+    latency_slo_ms: int | None = None
+    namespace: str = "default"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    sharing: str = SharingRequest.AUTO
+    enable_gpu_selection: bool = True
+    allow_default_scheduler: bool = True
+
+    @property
+    def memory_mib(self) -> int:
+        """The memory need in MiB, rounded up (a model never gets less than it asked for)."""
+        return math.ceil(float(self.memory_gb) * MIB_PER_GB)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _check_text(errors: dict[str, list[str]], name: str, value: Any, *, max_length: int) -> None:
+    if not _is_text(value):
+        errors[name].append("Enter text.")
+    elif "\x00" in value:
+        errors[name].append("Null characters are not allowed.")
+    elif not value.strip():
+        errors[name].append("This field may not be blank.")
+    elif len(value) > max_length:
+        errors[name].append(f"Ensure this field has no more than {max_length} characters.")
+    elif _CONTROL_CHARS.search(value):
+        errors[name].append("Control characters are not allowed.")
+
+
+def _check_dns_label(errors: dict[str, list[str]], name: str, value: Any) -> None:
+    _check_text(errors, name, value, max_length=63)
+    if not errors[name] and not _DNS_LABEL.match(value):
+        errors[name].append(
+            "Enter a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit."
+        )
+
+
+def _check_int(errors: dict[str, list[str]], name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors[name].append("Enter a whole number.")
+    elif not low <= value <= high:
+        errors[name].append(f"Enter a whole number from {low} to {high}.")
+
+
+def label_errors(labels: Any) -> list[str]:
+    """Why ``labels`` is not a valid set of Kubernetes labels for a workload ([] when it is).
+
+    Keys: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters
+    (alphanumerics, '-', '_', '.'; alphanumeric at both ends). Values: empty or such a name.
+    gpuplane's own keys (``gpuplane.io/*``, ``app.kubernetes.io/managed-by`` and ``/name``) are refused.
+    """
+    if not isinstance(labels, Mapping):
+        return ["Enter an object of label names to string values."]
+    errors = []
+    for key, value in labels.items():
+        if not _is_text(key) or not _is_text(value):
+            errors.append(f"Label {key!r}: keys and values must be strings.")
+            continue
+        if "\x00" in key or "\x00" in value:
+            errors.append("Null characters are not allowed.")
+            continue
+        prefix, _, name = key.rpartition("/")
+        if (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) or len(name) > 63 \
+                or not _LABEL_NAME.match(name):
+            errors.append(f"Label key {key!r} is not a valid Kubernetes label key.")
+        elif key in RESERVED_LABEL_KEYS or prefix == RESERVED_LABEL_PREFIX or prefix.endswith("." + RESERVED_LABEL_PREFIX):
+            errors.append(f"Label key {key!r} is set by gpuplane.")
+        elif value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+            errors.append(f"Label {key!r}: {value!r} is not a valid Kubernetes label value.")
+    return errors
+
+
+def validate_spec(spec: DeploySpec) -> DeploySpec:
+    """Check a request; return it with normalised values (``memory_gb`` a float, labels a dict).
+
+    Raises ``ValidationError`` with messages per ``DeploySpec`` field name (the API answers 400
+    with them, the deploy form shows them under its fields). Rules: ``name`` and ``namespace``
+    are DNS-1123 labels; ``model`` is 1-200 characters without control characters; ``memory_gb``
+    a finite number in (0, 4096]; ``gpu_count`` 1-16; ``replicas`` 1-``DEPLOYMENT_MAX_REPLICAS``;
+    ``latency_slo_ms`` empty or 1-86,400,000; the choice fields one of their values; ``labels``
+    valid Kubernetes labels (``label_errors``). A multi-GPU replica takes whole GPUs, so only
+    ``auto`` and ``exclusive`` sharing go with ``gpu_count`` > 1 (time-slicing especially: its
+    replicas may land on one physical GPU).
+    """
+    errors: dict[str, list[str]] = defaultdict(list)
+    _check_dns_label(errors, "name", spec.name)
+    _check_dns_label(errors, "namespace", spec.namespace)
+    _check_text(errors, "model", spec.model, max_length=Deployment._meta.get_field("model").max_length)
+    memory = spec.memory_gb
+    if isinstance(memory, bool) or not isinstance(memory, int | float) or not math.isfinite(memory):
+        errors["memory_gb"].append("Enter a number.")
+    elif not 0 < memory <= MAX_MEMORY_GB:
+        errors["memory_gb"].append(f"Enter a number of GB greater than 0 and at most {MAX_MEMORY_GB}.")
+    _check_int(errors, "gpu_count", spec.gpu_count, 1, MAX_GPU_COUNT)
+    _check_int(errors, "replicas", spec.replicas, 1, settings.DEPLOYMENT_MAX_REPLICAS)
+    if spec.latency_slo_ms is not None:
+        _check_int(errors, "latency_slo_ms", spec.latency_slo_ms, 1, MAX_LATENCY_SLO_MS)
+    for name, choices in (("workload_type", WorkloadType), ("priority", Priority), ("sharing", SharingRequest)):
+        value = getattr(spec, name)
+        if value not in choices.values:
+            errors[name].append(f"Choose one of: {', '.join(choices.values)}.")
+    for name in ("enable_gpu_selection", "allow_default_scheduler"):
+        if not isinstance(getattr(spec, name), bool):
+            errors[name].append("Enter true or false.")
+    errors["labels"].extend(label_errors(spec.labels))
+    if (
+        not errors["gpu_count"] and not errors["sharing"] and spec.gpu_count > 1
+        and spec.sharing not in (SharingRequest.AUTO, SharingRequest.EXCLUSIVE)
+    ):
+        errors["sharing"].append(
+            f"A replica of {spec.gpu_count} GPUs takes whole GPUs: {spec.sharing} gives one GPU per replica "
+            "(time-sliced replicas could even share one physical GPU). Use auto or exclusive."
+        )
+    found = {name: messages for name, messages in errors.items() if messages}
+    if found:
+        raise ValidationError(found)
+    return replace(spec, memory_gb=float(memory), labels=dict(spec.labels))
+
+
+def spec_of(deployment: Deployment) -> DeploySpec:
+    """The request a stored deployment was made from (to place more replicas of it)."""
+    return DeploySpec(
+        name=deployment.name, model=deployment.model, memory_gb=deployment.memory_mib / MIB_PER_GB,
+        gpu_count=deployment.gpu_count, replicas=deployment.replicas, workload_type=deployment.workload_type,
+        priority=deployment.priority, latency_slo_ms=deployment.latency_slo_ms, namespace=deployment.namespace,
+        labels=dict(deployment.labels or {}), sharing=deployment.sharing,
+        enable_gpu_selection=deployment.enable_gpu_selection,
+    )

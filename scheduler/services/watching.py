@@ -1,0 +1,154 @@
+"""Watching deployments until they run, sweeping the ones nobody watches, and failing them.
+
+Once the workloads exist and the deployment is PLACED, ``scheduler.tasks.watch_deployment_task``
+is enqueued: it calls ``watch_deployment`` until every workload is ready (RUNNING), or fails and
+releases it after ``DEPLOYMENT_WATCH_TIMEOUT_S``. Enqueueing never fails a deploy (a broker
+outage is logged); ``sweep_deployments`` (from beat, every 30 s) watches every pending or placed
+deployment nobody looked at for a watch interval, so a watch never enqueued, out of retries or
+lost with its worker, and a deployment left PENDING by a process that died, still end RUNNING or
+released. The task is looked up in Celery's registry by name, so this module never imports
+``scheduler.tasks`` (which imports this one).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from lifecycle.audit import SYSTEM_WATCHER
+from lifecycle.transitions import transition
+from nodes.cluster.base import ClusterBackend, ClusterError, NotFound, get_cluster
+from scheduler.choices import DeploymentStatus, PlacementStatus
+from scheduler.models import Deployment, Placement
+from scheduler.services.capacity import release_placements
+from scheduler.services.execution import delete_workloads, workload_names
+
+logger = logging.getLogger(__name__)
+
+WATCH_TASK = "scheduler.tasks.watch_deployment_task"
+ACTIVE = (DeploymentStatus.PENDING, DeploymentStatus.PLACED, DeploymentStatus.RUNNING)
+WATCH_RUNNING, WATCH_WAITING, WATCH_FAILED, WATCH_GONE = "running", "waiting", "failed", "gone"
+WATCH_ERROR = "error"
+SWEEP_BATCH = 200  # deployments one sweep looks at, stalest first; the next sweep takes the rest
+
+
+def fail_deployment(deployment: Deployment, message: str, *, from_statuses: Iterable[str] = ACTIVE,
+                    actor: Any = SYSTEM_WATCHER) -> bool:
+    """Mark an active deployment FAILED and release its placements; False if it was not active."""
+    with transaction.atomic():
+        if not transition(Deployment, deployment.pk, list(from_statuses), DeploymentStatus.FAILED,
+                          actor=actor, reason=message, values={"message": message}):
+            return False
+        placements = Placement.objects.filter(deployment_id=deployment.pk)
+        release_placements(placements.values_list("pk", flat=True))
+        placements.exclude(status=PlacementStatus.RELEASED).update(status=PlacementStatus.FAILED)
+    deployment.refresh_from_db()
+    return True
+
+
+def enqueue_watch(deployment_id: int) -> None:
+    """Start watching a placed deployment; never raises.
+
+    The workloads exist and the GPUs are held whatever the broker says: a broker that is down
+    must not turn a good deploy into an error (and a reservation nobody releases). Without the
+    task, ``sweep_deployments`` watches it (from beat, every 30 s).
+    """
+    try:
+        current_app.tasks[WATCH_TASK].apply_async((deployment_id,), countdown=settings.DEPLOYMENT_WATCH_INTERVAL_S)
+    except Exception:  # any broker or transport error: kombu's, redis', a socket's
+        logger.warning("could not enqueue the watch of deployment %s; the sweeper will watch it", deployment_id,
+                       exc_info=True)
+
+
+def watch_deployment(deployment_id: int, *, cluster: ClusterBackend | None = None,
+                     now: datetime | None = None) -> str:
+    """One look at a deployment being started; returns what the watcher should do next.
+
+    - "running": every workload is ready; the deployment (PLACED -> RUNNING) and its placements
+      are marked running.
+    - "waiting": not ready yet and the timeout not reached; look again later.
+    - "failed": not ready ``DEPLOYMENT_WATCH_TIMEOUT_S`` after placement (or never placed that
+      long after creation, e.g. the deploying process died), or a workload vanished: its
+      workloads are deleted, everything is released and it is FAILED.
+    - "gone" / another status: nothing to do (deleted, failed, already running).
+    ``ClusterError`` (other than a vanished workload) propagates, so the caller retries.
+    Every look at a pending or placed deployment sets its ``watched_at`` to ``now`` (the
+    sweeper leaves deployments looked at within the watch interval to their watch task).
+    """
+    deployment = Deployment.objects.filter(pk=deployment_id).first()
+    if deployment is None:
+        return WATCH_GONE
+    if deployment.status not in (DeploymentStatus.PENDING, DeploymentStatus.PLACED):
+        return str(deployment.status)
+    backend = cluster if cluster is not None else get_cluster()
+    now = now or timezone.now()
+    # Recorded before asking the cluster: an unreachable cluster was looked at too (the watch
+    # task retries it on its own); update() leaves updated_at, the last status change, alone.
+    Deployment.objects.filter(pk=deployment.pk).update(watched_at=now)
+    timeout = timedelta(seconds=settings.DEPLOYMENT_WATCH_TIMEOUT_S)
+    names = workload_names(deployment)
+    if deployment.status == DeploymentStatus.PLACED:
+        try:
+            ready = all(backend.workload_ready(deployment.namespace, name) for name in names)
+        except NotFound as error:
+            delete_workloads(backend, deployment.namespace, names)
+            fail_deployment(deployment, f"a workload disappeared from the cluster ({error}); everything was released")
+            return WATCH_FAILED
+        if ready:
+            with transaction.atomic():
+                if transition(Deployment, deployment.pk, DeploymentStatus.PLACED, DeploymentStatus.RUNNING,
+                              actor=SYSTEM_WATCHER, reason="every workload is ready", values={"message": "running"}):
+                    Placement.objects.filter(deployment_id=deployment.pk, status=PlacementStatus.BINDING).update(
+                        status=PlacementStatus.RUNNING)
+            return WATCH_RUNNING
+    started = deployment.placed_at or deployment.created_at
+    if now - started < timeout:
+        return WATCH_WAITING
+    failures = delete_workloads(backend, deployment.namespace, names)
+    if failures:
+        raise ClusterError(f"could not delete the workloads of {deployment}: {'; '.join(failures)}")
+    what = "its workloads were not ready" if deployment.status == DeploymentStatus.PLACED else "it was never placed"
+    fail_deployment(deployment, f"{what} {settings.DEPLOYMENT_WATCH_TIMEOUT_S} s after placement; everything was "
+                    "released", from_statuses=[deployment.status])
+    return WATCH_FAILED
+
+
+def sweep_deployments(now: datetime | None = None, *, cluster: ClusterBackend | None = None,
+                      limit: int = SWEEP_BATCH) -> dict[int, str]:
+    """Watch every pending or placed deployment nobody has looked at for a watch interval.
+
+    The safety net of the watch task: a watch that was never enqueued (the broker was down), or
+    whose retries ran out, or whose worker died, still ends in RUNNING, or in FAILED with every
+    GPU released after ``DEPLOYMENT_WATCH_TIMEOUT_S`` (``watch_deployment`` decides). "Nobody
+    has looked" means ``watched_at`` (or, never watched, ``created_at``) is older than
+    ``DEPLOYMENT_WATCH_INTERVAL_S`` before ``now``: deployments whose watch task is doing its
+    job are left to it. At most ``limit``, stalest first. Returns deployment id -> the watch's
+    outcome, "error" where the cluster failed (logged; the next sweep tries again).
+    """
+    now = now or timezone.now()
+    stale_before = now - timedelta(seconds=settings.DEPLOYMENT_WATCH_INTERVAL_S)
+    due = list(
+        Deployment.objects.filter(status__in=(DeploymentStatus.PENDING, DeploymentStatus.PLACED))
+        .annotate(last_look=Coalesce("watched_at", "created_at"))
+        .filter(last_look__lte=stale_before)
+        .order_by("last_look", "pk")
+        .values_list("pk", flat=True)[:limit]
+    )
+    if not due:
+        return {}
+    backend = cluster if cluster is not None else get_cluster()
+    outcomes = {}
+    for deployment_id in due:
+        try:
+            outcomes[deployment_id] = watch_deployment(deployment_id, cluster=backend, now=now)
+        except ClusterError as error:
+            logger.warning("sweep: could not watch deployment %s: %s", deployment_id, error)
+            outcomes[deployment_id] = WATCH_ERROR
+    return outcomes
