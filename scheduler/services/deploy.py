@@ -62,5 +62,5 @@ def delete_deployment(deployment: Deployment, *, user: Any = None, cluster: Clus
     with transaction.atomic():
         if transition(Deployment, deployment.pk, others, DeploymentStatus.DELETED, actor=actor_name(user),
                       reason=f"deleted{who}", values={"message": f"deleted{who}"}):
-            release_all(deployment)
+            release_all(deployment, user=user, reason=f"deleted{who}")
     deployment.refresh_from_db()

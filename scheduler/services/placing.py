@@ -105,11 +105,14 @@ def release_replica(deployment: Deployment, replica_index: int, *, user: Any = N
     return True
 
 
-def release_all(deployment: Deployment) -> int:
+def release_all(deployment: Deployment, *, user: Any = None, reason: str = "") -> int:
     """Release every placement of a deployment in the current transaction (no cluster call)."""
     placements = Placement.objects.filter(deployment_id=deployment.pk)
+    holding = list(placements.filter(holds__isnull=False).distinct())
     released = release_placements(placements.values_list("pk", flat=True))
     placements.update(status=PlacementStatus.RELEASED)
+    record_many(AuditEntry("placement.released", p, actor=user, reason=reason, before={"status": p.status},
+                           after={"status": PlacementStatus.RELEASED.value}) for p in holding)
     return released
 
 

@@ -16,7 +16,6 @@ from django.db import connection, connections
 from django.test import Client
 
 from nodes.models import GPU, Partition
-from scheduler import services
 from scheduler.models import Deployment, NamespaceQuota, Placement
 from scheduler.services import placing
 from tests.nodes.factories import make_node, make_partition

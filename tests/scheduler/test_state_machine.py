@@ -1,10 +1,12 @@
-"""Property test (Hypothesis state machine): deploy, delete, bind failure and cordon in any order
-keep the capacity accounting sound after every step (runs on SQLite and PostgreSQL).
+"""Property test (Hypothesis state machine): deploy, delete, adding and removing one replica, bind
+failure and cordon in any order keep the capacity accounting sound after every step (runs on
+SQLite and PostgreSQL).
 
 The cluster has one node of each sharing mode; after every step, ``check_invariants`` demands
 0 <= allocated <= capacity on every GPU, counters equal to the sum over occupied partitions, and
 no partition held twice. A failed step (nothing fits, the cluster refuses) must leave capacity
-exactly as it was, and no replica may land on a cordoned node.
+exactly as it was, and no replica may land on a cordoned node. A deleted (or failed) deployment
+holds nothing.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from nodes.cluster.simulated import SimulatedCluster
 from nodes.models import Node
 from scheduler import services
 from scheduler.choices import DeploymentStatus
-from scheduler.models import Deployment
+from scheduler.models import Deployment, PartitionHold
 from scheduler.services import DeployFailed, DeploySpec, NoCapacity
 from tests.nodes.factories import make_node, make_partition
 from tests.scheduler.inventory import capacity_state, check_invariants
@@ -106,6 +108,37 @@ class PlacementMachine(RuleBasedStateMachine):
         services.delete_deployment(Deployment.objects.get(pk=pk), cluster=self.cluster)
         assert Deployment.objects.get(pk=pk).status == DeploymentStatus.DELETED
 
+    @precondition(lambda self: self.active)
+    @rule(data=st.data())
+    def add_replica(self, data: st.DataObject) -> None:
+        deployment = Deployment.objects.get(pk=data.draw(st.sampled_from(self.active)))
+        before = capacity_state()
+        index = services.next_replica_index(deployment)
+        try:
+            (placement,) = services.place_replicas(deployment, [index], cluster=self.cluster)
+        except NoCapacity:
+            event("add replica refused")
+            assert capacity_state() == before
+            return
+        event(f"replica added: {placement.sharing or 'default'}")
+        assert placement.replica_index == index
+        assert placement.node is None or placement.node.name not in self.cordoned
+        assert Deployment.objects.get(pk=deployment.pk).status == DeploymentStatus.PLACED
+
+    @precondition(lambda self: self.active)
+    @rule(data=st.data())
+    def remove_replica(self, data: st.DataObject) -> None:
+        deployment = Deployment.objects.get(pk=data.draw(st.sampled_from(self.active)))
+        active = list(deployment.placements.filter(status__in=("reserved", "binding", "running"))
+                      .values_list("replica_index", flat=True))
+        if len(active) < 2:  # keep one: a deployment without replicas is a delete
+            return
+        index = data.draw(st.sampled_from(active))
+        assert services.release_replica(deployment, index, cluster=self.cluster)
+        assert not PartitionHold.objects.filter(placement__deployment=deployment,
+                                                placement__replica_index=index).exists()
+        assert not services.release_replica(deployment, index, cluster=self.cluster)  # idempotent
+
     @rule(memory_gb=st.sampled_from([3, 12, 40]), replicas=st.integers(min_value=1, max_value=2))
     def bind_failure(self, memory_gb: float, replicas: int) -> None:
         before = capacity_state()
@@ -131,6 +164,12 @@ class PlacementMachine(RuleBasedStateMachine):
     @invariant()
     def capacity_is_sound(self) -> None:
         check_invariants()
+
+    @invariant()
+    def a_deleted_deployment_holds_nothing(self) -> None:
+        ended = PartitionHold.objects.filter(placement__deployment__status__in=(DeploymentStatus.DELETED,
+                                                                                 DeploymentStatus.FAILED))
+        assert not ended.exists(), f"ended deployments still hold {list(ended.values_list('partition_id', flat=True))}"
 
 
 def test_placement_keeps_capacity_sound_under_any_sequence(tmp_path):
