@@ -30,5 +30,10 @@ class AuditEvent(models.Model):
             models.Index(fields=["verb", "-at"], name="auditevent_verb_at"),
         ]
 
+    def changes(self) -> list[tuple[str, object, object]]:
+        """(field, before, after) for every field in ``after``; before is None when not recorded."""
+        before = self.before or {}
+        return [(key, before.get(key), value) for key, value in (self.after or {}).items()]
+
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.verb} {self.object_type}:{self.object_id}"

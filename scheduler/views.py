@@ -334,6 +334,8 @@ class DeploymentDetailView(RoleRequiredMixin, DetailView):
             node_urls=urls,
             can_delete=has_role(self.request.user, OPERATOR) and deployment.status != DeploymentStatus.DELETED,
             chart_top_nodes=CHART_TOP_NODES,
+            events=services.deployment_events(deployment),
+            audit_api_query=f"object_type=scheduler.deployment&object_id={deployment.pk}",
         )
         return context
 

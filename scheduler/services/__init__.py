@@ -16,7 +16,7 @@ from scheduler.services.deciding import decide, placement_scheduler
 from scheduler.services.deploy import delete_deployment, deploy
 from scheduler.services.errors import DeployFailed, NoCapacity
 from scheduler.services.placing import next_replica_index, place_replicas, release_replica
-from scheduler.services.reading import placement_summary
+from scheduler.services.reading import deployment_events, placement_summary
 from scheduler.services.spec import MAX_GPU_COUNT, MIB_PER_GB, DeploySpec, label_errors, validate_spec
 from scheduler.services.watching import (
     SWEEP_BATCH,
@@ -44,6 +44,7 @@ __all__ = [
     "decide",
     "delete_deployment",
     "deploy",
+    "deployment_events",
     "label_errors",
     "next_replica_index",
     "place_replicas",

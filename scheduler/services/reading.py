@@ -3,9 +3,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q
+
+from lifecycle.models import AuditEvent
 from nodes.models import SHARE_MILLI_FULL
 from scheduler.choices import DecisionOutcome
-from scheduler.models import Placement
+from scheduler.models import Deployment, Placement
 
 
 def placement_summary(placement: Placement) -> dict[str, Any]:
@@ -27,3 +30,11 @@ def placement_summary(placement: Placement) -> dict[str, Any]:
         "share_percent": placement.share_milli * 100 / SHARE_MILLI_FULL,
         "mig_profile": placement.mig_profile,
     }
+
+
+def deployment_events(deployment: Deployment, limit: int = 50) -> list[AuditEvent]:
+    """The audit trail of a deployment and of its placements, newest first."""
+    placement_ids = [str(pk) for pk in deployment.placements.values_list("pk", flat=True)]
+    about = Q(object_type="scheduler.deployment", object_id=str(deployment.pk)) | Q(
+        object_type="scheduler.placement", object_id__in=placement_ids)
+    return list(AuditEvent.objects.filter(about)[:limit])
