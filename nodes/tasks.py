@@ -1,4 +1,4 @@
-"""Celery tasks of the inventory app: thin wrappers around nodes.services and nodes.telemetry."""
+"""Celery tasks of the inventory app: thin wrappers around nodes.services and the nodes.telemetry package."""
 from __future__ import annotations
 
 import logging
@@ -13,7 +13,9 @@ from django.core.cache import cache
 from nodes.collectors.base import Collector, get_collector
 from nodes.models import GPU
 from nodes.services import sync_inventory
-from nodes.telemetry import TelemetryRejected, ingest_samples, rollup_and_expire
+from nodes.telemetry.ingest import ingest_samples
+from nodes.telemetry.rollup import rollup_and_expire
+from nodes.telemetry.validation import TelemetryRejected
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +156,7 @@ def _poll(collector: Collector) -> dict[str, Any]:
     time_limit=ROLLUP_TIME_LIMIT_S,
 )
 def rollup_telemetry_task() -> dict[str, Any]:
-    """Roll expired raw samples into buckets and delete expired data (nodes.telemetry.rollup_and_expire).
+    """Roll expired raw samples into buckets and delete expired data (nodes.telemetry.rollup.rollup_and_expire).
 
     Beat sends it every 5 minutes. rollup_and_expire is idempotent, but two concurrent runs would
     repeat each other's scans, so a run that finds the previous one still going returns
