@@ -10,12 +10,10 @@ from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
 
-from nodes.collectors.base import Collector, get_collector
-from nodes.models import GPU
+from nodes.collectors.base import get_collector
 from nodes.services import sync_inventory
-from nodes.telemetry.ingest import ingest_samples
+from nodes.telemetry.readings import store_readings
 from nodes.telemetry.rollup import rollup_and_expire
-from nodes.telemetry.validation import TelemetryRejected
 
 logger = logging.getLogger(__name__)
 
@@ -91,11 +89,10 @@ def poll_metrics_task() -> dict[str, Any]:
        time limit, released in `finally`; the next one returns {"skipped": True, "reason":
        "previous poll still running"}.
 
-    Readings of GPUs the inventory does not know (yet) and readings without any metric (a lost
-    GPU) are left out and counted; a reading the storage refuses (a value out of range) is
-    dropped once and the rest stored. CollectorUnavailable propagates: the run fails visibly in
-    the worker log and the next slot tries again. Summary keys: source, slot, readings, stored,
-    duplicates, unknown_gpus, empty, rejected.
+    What is stored and what is left out is `nodes.telemetry.readings.store_readings`'s policy.
+    CollectorUnavailable propagates: the run fails visibly in the worker log and the next slot
+    tries again. Summary: the StoreReport's keys (source, readings, stored, duplicates,
+    unknown_gpus, empty, rejected), then slot.
     """
     interval_s = settings.TELEMETRY_POLL_INTERVAL_S
     slot = int(time.time() // interval_s)
@@ -112,42 +109,12 @@ def poll_metrics_task() -> dict[str, Any]:
         logger.info("telemetry poll skipped: the previous poll is still running")
         return {"skipped": True, "reason": "previous poll still running", "slot": slot}
     try:
-        summary = _poll(collector)
+        summary = store_readings(collector.collect(), source=collector.name).as_dict()
     finally:
         _release(POLL_LOCK_KEY, token)
     summary["slot"] = slot
     logger.info("telemetry poll slot %d: %s", slot, summary)
     return summary
-
-
-def _poll(collector: Collector) -> dict[str, Any]:
-    readings = collector.collect()
-    with_metrics = [reading for reading in readings if reading.has_metrics]
-    known = set(GPU.objects.filter(uuid__in=[r.gpu_uuid for r in with_metrics]).values_list("uuid", flat=True))
-    samples = [reading.to_sample() for reading in with_metrics if reading.gpu_uuid in known]
-    rejected = 0
-    try:
-        result = ingest_samples(samples, source=collector.name)
-    except TelemetryRejected as exc:
-        # Per-sample errors ({"samples": {"<index>": {...}}}): drop those and store the rest, so
-        # one GPU's absurd value does not blank the whole fleet's charts. Anything else (the
-        # batch as a whole) propagates.
-        bad = exc.errors.get("samples")
-        if not isinstance(bad, dict):
-            raise
-        logger.warning("telemetry poll: %d sample(s) refused and dropped: %s", len(bad), bad)
-        rejected = len(bad)
-        samples = [sample for index, sample in enumerate(samples) if str(index) not in bad]
-        result = ingest_samples(samples, source=collector.name)
-    return {
-        "source": collector.name,
-        "readings": len(readings),
-        "stored": result.stored,
-        "duplicates": result.duplicates,
-        "unknown_gpus": len(with_metrics) - len(known),
-        "empty": len(readings) - len(with_metrics),
-        "rejected": rejected,
-    }
 
 
 @shared_task(
