@@ -13,12 +13,12 @@ What it does, end to end in one process:
    posts one batch of its 8 GPUs' samples to `POST /api/v1/telemetry/` with its agent token
    (`Authorization: Bearer`), as the node agent does every 30 s, through Django's test client and
    the whole stack: middleware, DRF authentication and permissions, the serializer, and
-   nodes.telemetry.ingest_samples on the database.
+   nodes.telemetry.ingest.ingest_samples on the database.
 4. Measures per interval the wall time and the CPU time of this process (`time.process_time`),
    which holds both sides, the client and the server, so the CPU figure is an upper bound of the
    server's; and, on PostgreSQL when /proc allows it, the CPU time of the database backend
    process serving the connection (a separate process, reported separately).
-5. Then stores as many intervals again straight through nodes.telemetry.ingest_samples in
+5. Then stores as many intervals again straight through nodes.telemetry.ingest.ingest_samples in
    batches of TELEMETRY_MAX_BATCH, the way poll_metrics_task stores what a collector read
    (reported under "service").
 
@@ -142,10 +142,11 @@ def _post_interval(client: Any, inventory: Inventory, ts: datetime, rng: random.
 
 
 def _ingest_interval(inventory: Inventory, ts: datetime, rng: random.Random) -> list[float]:
-    """The same samples straight into nodes.telemetry.ingest_samples, as poll_metrics_task stores them."""
+    """The same samples straight into nodes.telemetry.ingest.ingest_samples, as poll_metrics_task stores them."""
     from django.conf import settings
 
-    from nodes.telemetry import SampleIn, ingest_samples
+    from nodes.telemetry.ingest import ingest_samples
+    from nodes.telemetry.samples import SampleIn
 
     samples = [
         SampleIn(

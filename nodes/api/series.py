@@ -6,7 +6,7 @@
 
 A range that starts inside the raw retention window (settings.TELEMETRY_RAW_RETENTION_H, 24 h)
 is answered from raw samples (`"resolution": "raw"`), a longer one from the rollup buckets
-(`"resolution": "5m"` for the default 300 s bucket); nodes.telemetry decides which rows that
+(`"resolution": "5m"` for the default 300 s bucket); nodes.telemetry.series decides which rows that
 means. An unknown range is a 400 that lists the choices. Reads need the viewer role.
 """
 from __future__ import annotations
@@ -25,9 +25,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nodes import telemetry
 from nodes.models import GPU, Node
 from nodes.summaries import cluster_heatmap
+from nodes.telemetry.series import gpu_series, node_series
 
 RANGES: dict[str, timedelta] = {
     "1h": timedelta(hours=1),
@@ -60,7 +60,7 @@ def bucket_label(bucket_s: int) -> str:
 def resolution_for(start: datetime, now: datetime) -> str:
     """"raw" when `start` lies inside the raw retention window, else the rollup bucket's label.
 
-    The same rule nodes.telemetry.gpu_series applies to choose between raw samples and rollups.
+    The same rule nodes.telemetry.series.gpu_series applies to choose between raw samples and rollups.
     """
     if start >= now - timedelta(hours=settings.TELEMETRY_RAW_RETENTION_H):
         return RAW
@@ -77,7 +77,7 @@ def _rounded(value: Any) -> float | None:
 
 
 def chart_point(row: Mapping[str, Any]) -> dict[str, Any]:
-    """One point from nodes.telemetry (a raw sample, or a rollup bucket with its means) as the API shows it."""
+    """One point from nodes.telemetry.series (a raw sample, or a rollup bucket with its means) as the API shows it."""
     memory = row["memory_used_mib"]
     return {
         "ts": _iso(row["ts"]),
@@ -169,7 +169,7 @@ class GPUSeriesView(APIView):
             "gpu": gpu.uuid,
             "range": range_key,
             "resolution": resolution_for(start, end),
-            "points": chart_points(telemetry.gpu_series(gpu, start, end, now=end)),
+            "points": chart_points(gpu_series(gpu, start, end, now=end)),
         })
 
 
@@ -186,7 +186,7 @@ class NodeSeriesView(APIView):
         node = get_object_or_404(Node, name=name)
         end = timezone.now()
         start = end - RANGES[range_key]
-        series = telemetry.node_series(node, start, end, now=end)
+        series = node_series(node, start, end, now=end)
         # Every GPU is listed, reporting or not, so a chart can say which GPUs have no data yet.
         gpus = node.gpus.order_by("index").values_list("uuid", "index")
         return Response({

@@ -13,7 +13,7 @@ booleans). Answers:
 
 - 201 `{"stored": n, "duplicates": m}`: duplicates are samples already stored (same GPU and ts),
   so an agent re-sending a batch after a lost answer stores nothing twice.
-- 400 with messages per field, per sample index (nodes.telemetry explains the shape); nothing
+- 400 with messages per field, per sample index (nodes.telemetry.validation explains the shape); nothing
   is stored when any sample is refused.
 - 401 without credentials or with an unknown or revoked agent token; 403 for an agent token of
   another node, or a user below the operator role.
@@ -40,7 +40,9 @@ from rest_framework.views import APIView
 from gpuplane.roles import OPERATOR, has_role
 from nodes.authentication import NodeAgentTokenAuthentication
 from nodes.models import Node, NodeAgentToken
-from nodes.telemetry import METRIC_RANGES, IngestResult, SampleIn, TelemetryRejected, ingest_samples
+from nodes.telemetry.ingest import IngestResult, ingest_samples
+from nodes.telemetry.samples import METRIC_RANGES, SampleIn
+from nodes.telemetry.validation import TelemetryRejected
 
 
 def agent_refusal(node: Node) -> str:
@@ -75,7 +77,7 @@ class AwareDateTimeField(serializers.DateTimeField):
 
 
 def _metric(field_class: type[serializers.Field], name: str, help_text: str) -> serializers.Field:
-    """An optional, nullable metric field bounded by nodes.telemetry.METRIC_RANGES."""
+    """An optional, nullable metric field bounded by nodes.telemetry.samples.METRIC_RANGES."""
     low, high = METRIC_RANGES[name]
     return field_class(
         min_value=low, max_value=high, required=False, allow_null=True, help_text=f"{help_text} Null when not measured."
@@ -102,7 +104,7 @@ class RejectUnknownKeysMixin:
 
 
 class TelemetrySampleSerializer(RejectUnknownKeysMixin, serializers.Serializer):
-    """One sample; the bounds are those of nodes.telemetry.METRIC_RANGES."""
+    """One sample; the bounds are those of nodes.telemetry.samples.METRIC_RANGES."""
 
     gpu_uuid = serializers.CharField(max_length=96, help_text="The GPU's UUID, as NVML reports it.")
     ts = AwareDateTimeField(help_text="When the sample was taken (ISO 8601 with Z or an offset).")
@@ -129,7 +131,7 @@ class TelemetryBatchSerializer(RejectUnknownKeysMixin, serializers.Serializer):
     """A batch of samples of one node's GPUs.
 
     Pass `context={"agent_node": node}` for a request made with an agent token: `node` must then
-    name that node. `ingest()` stores a valid batch (nodes.telemetry.ingest_samples).
+    name that node. `ingest()` stores a valid batch (nodes.telemetry.ingest.ingest_samples).
     """
 
     node = serializers.CharField(max_length=253, help_text="The node the GPUs belong to (Kubernetes node name).")

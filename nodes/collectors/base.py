@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from nodes.telemetry import SampleIn
+from nodes.telemetry.samples import SampleIn
 
 # The reading fields that may be missing (None) when the source cannot give them.
 METRIC_FIELDS: tuple[str, ...] = (
@@ -101,10 +100,7 @@ class GPUReading:
         return {name: getattr(self, name) for name in SAMPLE_FIELDS}
 
     def to_sample(self) -> SampleIn:
-        """This reading as the storage service's input (nodes.telemetry.SampleIn)."""
-        # Imported here: nodes.telemetry imports the ORM, which the node agent does not have.
-        from nodes.telemetry import SampleIn
-
+        """This reading as the storage service's input (nodes.telemetry.samples.SampleIn)."""
         return SampleIn(gpu_uuid=self.gpu_uuid, ts=self.ts, **self.sample_values())
 
 

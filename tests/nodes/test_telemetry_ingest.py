@@ -1,4 +1,4 @@
-"""nodes.telemetry.ingest_samples: all-or-nothing batches, duplicates, latest values on GPU rows."""
+"""nodes.telemetry.ingest.ingest_samples: all-or-nothing batches, duplicates, latest values on GPU rows."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
@@ -8,7 +8,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from nodes.models import GPU, GPUSample
-from nodes.telemetry import IngestResult, SampleIn, TelemetryRejected, ingest_samples
+from nodes.telemetry.ingest import IngestResult, ingest_samples
+from nodes.telemetry.samples import SampleIn
+from nodes.telemetry.validation import TelemetryRejected
 from tests.nodes.factories import make_node
 
 pytestmark = pytest.mark.django_db
@@ -132,13 +134,13 @@ def test_it_replaces_latest_values_with_a_newer_sample_including_its_gaps(n1):
 
 def test_the_database_guards_latest_values_even_when_the_read_was_stale(n1):
     """Two batches racing: the row became newer after ingest read it; the UPDATE's WHERE still refuses."""
-    from nodes import telemetry
+    from nodes.telemetry.storage import update_latest_values
 
     GPU.objects.filter(uuid="GPU-n1-0").update(sampled_at=NOW, utilization_pct=99.0)
     older = sample(ts=NOW - timedelta(seconds=30), utilization_pct=1.0)
     gpu_id = GPU.objects.get(uuid="GPU-n1-0").pk
 
-    telemetry._update_latest({gpu_id: older})  # what ingest would run had it read sampled_at=None
+    update_latest_values({gpu_id: older})  # what ingest would run had it read sampled_at=None
 
     assert latest("GPU-n1-0")["utilization_pct"] == 99.0
 

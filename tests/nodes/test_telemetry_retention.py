@@ -11,7 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from nodes.models import GPU, GPUSample, GPUSampleRollup
-from nodes.telemetry import RollupReport, bucket_start, gpu_series, node_series, rollup_and_expire
+from nodes.telemetry.buckets import bucket_start
+from nodes.telemetry.rollup import RollupReport, rollup_and_expire
+from nodes.telemetry.series import gpu_series, node_series
 from tests.nodes.factories import make_node
 
 pytestmark = pytest.mark.django_db

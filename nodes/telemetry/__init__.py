@@ -1,0 +1,13 @@
+"""Telemetry storage: ingest GPU samples, keep the latest values on GPU rows, roll up and expire, chart.
+
+One concern per module; import from the module that owns a name:
+
+- `samples`     what a sample is: SampleIn, the metrics and their accepted ranges (pure Python)
+- `validation`  the rules a batch must pass, TelemetryRejected and the shape of its errors
+- `storage`     the database statements: resolve GPU UUIDs, insert samples, refresh GPU rows
+- `ingest`      ingest_samples (an agent's batch, all or nothing) and write_samples
+- `readings`    store_readings (a collector's readings: store what can be, count what cannot)
+- `buckets`     epoch-aligned time buckets and their running means and maxima
+- `rollup`      rollup_and_expire: raw samples into buckets, retention of both
+- `series`      gpu_series / node_series for the charts
+"""

@@ -1,0 +1,104 @@
+"""Ingest: store a batch of typed samples and keep the latest values on GPU rows; all or nothing.
+
+Writers hand typed `SampleIn`s to `ingest_samples()` (the `POST /api/v1/telemetry/` endpoint)
+or collector readings to `nodes.telemetry.readings.store_readings()` (`poll_metrics_task`), which
+applies its own drop policy and then writes through `write_samples()` here. Refusals are
+`TelemetryRejected` (`nodes.telemetry.validation` describes the shape of its errors).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from nodes.models import Node
+from nodes.telemetry.samples import SampleIn
+from nodes.telemetry.storage import (
+    ResolvedGPU,
+    insert_samples_ignoring_duplicates,
+    resolve_gpus,
+    update_latest_values,
+)
+from nodes.telemetry.validation import TelemetryRejected, check_batch_size, check_source, validate_samples
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """`stored` new samples; `duplicates` already stored (same GPU and ts) or repeated in the batch."""
+
+    stored: int
+    duplicates: int
+
+
+def ingest_samples(
+    samples: Sequence[SampleIn],
+    *,
+    node: Node | None = None,
+    source: str = "agent",
+    now: datetime | None = None,
+) -> IngestResult:
+    """Store a batch of samples and refresh the latest values on their GPU rows; all or nothing.
+
+    The whole batch is checked first, and every problem is reported at once as TelemetryRejected:
+    more than settings.TELEMETRY_MAX_BATCH samples; an unknown GPU UUID; with `node`, a GPU of
+    another node; a naive `ts`, one later than `now` + TELEMETRY_MAX_FUTURE_SKEW_S, or one older
+    than the rollup retention (it would be deleted at once); a metric out of METRIC_RANGES or not
+    finite. Nothing is written then. A `source` longer than GPUSample.source allows is a
+    ValueError (a caller's bug, not bad telemetry).
+
+    Otherwise one query has resolved the UUIDs, and `write_samples` stores the batch.
+    """
+    check_source(source)
+    now = now or timezone.now()
+    check_batch_size(samples)
+    if not samples:
+        return IngestResult(stored=0, duplicates=0)
+
+    gpus = resolve_gpus({sample.gpu_uuid for sample in samples})
+    errors = validate_samples(samples, gpus, node, now)
+    if errors:
+        raise TelemetryRejected({"samples": errors})
+    return write_samples(samples, gpus, source)
+
+
+def write_samples(samples: Sequence[SampleIn], gpus: dict[str, ResolvedGPU], source: str) -> IngestResult:
+    """Write samples already validated against `gpus` (every UUID among them); one transaction.
+
+    One INSERT per INSERT_CHUNK_ROWS samples stores them, skipping (gpu, ts) pairs already stored
+    (counted as duplicates, as are repeats inside the batch, so re-sending a batch stores nothing
+    twice), and one executemany of conditional UPDATEs copies each GPU's newest sample of the
+    batch onto its row: all LATEST_FIELDS (a metric the sample lacks becomes null, so the row
+    never pairs an old figure with a new `sampled_at`) and `sampled_at`. Only GPUs whose row
+    looked older in `gpus` are updated, and each UPDATE checks again in the database that the
+    row's `sampled_at` is null or older, so a late or concurrent older batch never overwrites
+    newer values. A GPU deleted since `gpus` was read makes the whole batch TelemetryRejected.
+    """
+    if not samples:
+        return IngestResult(stored=0, duplicates=0)
+    # The newest sample of each GPU in this batch; repeats of one (gpu, ts) count once.
+    newest: dict[int, SampleIn] = {}
+    unique: dict[tuple[int, datetime], SampleIn] = {}
+    for sample in samples:
+        gpu_id = gpus[sample.gpu_uuid].id
+        unique.setdefault((gpu_id, sample.ts), sample)
+        current = newest.get(gpu_id)
+        if current is None or sample.ts > current.ts:
+            newest[gpu_id] = sample
+    # Rows already newer than everything here need no UPDATE (a re-sent batch, a late agent).
+    stale = {
+        gpu_id: sample
+        for gpu_id, sample in newest.items()
+        if (sampled_at := gpus[sample.gpu_uuid].sampled_at) is None or sampled_at < sample.ts
+    }
+
+    try:
+        with transaction.atomic():
+            stored = insert_samples_ignoring_duplicates(unique, source)
+            update_latest_values(stale)
+    except IntegrityError as exc:
+        # Only a GPU deleted by inventory sync between the check and the insert gets here.
+        raise TelemetryRejected({"samples": ["A GPU of this batch was removed while it was being stored."]}) from exc
+    return IngestResult(stored=stored, duplicates=len(samples) - stored)

@@ -1,0 +1,142 @@
+"""Rollup and retention: fold expired raw samples into buckets, delete expired buckets.
+
+Lifecycle of a sample (settings, DESIGN.md section 8):
+
+- Raw `GPUSample` rows, unique per (gpu, ts), kept at least TELEMETRY_RAW_RETENTION_H (24 h).
+- Then folded into `GPUSampleRollup` buckets of TELEMETRY_ROLLUP_BUCKET_S (300 s), aligned to
+  the Unix epoch, kept TELEMETRY_ROLLUP_RETENTION_D (30 days).
+
+`rollup_and_expire()` runs periodically (`rollup_telemetry_task`).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Min
+from django.utils import timezone
+
+from nodes.models import GPUSample, GPUSampleRollup
+from nodes.telemetry.buckets import Bucket, bucket_start, max_or_none, weighted_mean
+from nodes.telemetry.samples import ROLLUP_FIELDS
+from nodes.telemetry.storage import INSERT_CHUNK_ROWS
+
+# Rollup works through a backlog this many buckets at a time (one transaction each), so a
+# first run after a long pause never loads a whole day of samples at once.
+ROLLUP_CHUNK_BUCKETS = 12
+
+
+@dataclass(frozen=True)
+class RollupReport:
+    """What one `rollup_and_expire()` run did."""
+
+    cutoff: datetime  # raw samples before this were rolled up (a bucket boundary)
+    samples_rolled_up: int  # raw samples folded into buckets, then deleted
+    rollups_written: int  # bucket rows created or updated
+    rollups_expired: int  # bucket rows deleted for being older than their retention
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values (the task's result): `cutoff` in ISO 8601."""
+        return {**asdict(self), "cutoff": self.cutoff.isoformat()}
+
+
+def rollup_and_expire(now: datetime | None = None) -> RollupReport:
+    """Fold expired raw samples into buckets, delete them, then delete expired buckets.
+
+    `cutoff` is the start of the bucket holding `now` - TELEMETRY_RAW_RETENTION_H: every raw
+    sample before it is rolled up, so a bucket is only rolled once it has wholly expired and raw
+    samples are kept at least the retention window. Each chunk of ROLLUP_CHUNK_BUCKETS buckets is
+    one transaction whose DELETE ... RETURNING hands back exactly the rows it removed, and those
+    rows are what gets aggregated: every raw sample is counted exactly once, even when a late
+    sample is inserted meanwhile or two runs overlap. So the function is idempotent: a second run
+    with the same `now` finds nothing to roll up and changes nothing.
+
+    A bucket row per (gpu, bucket_start) holds the sample count and, per ROLLUP_FIELDS metric,
+    the mean and maximum of the samples that had it. A sample that arrives after its bucket was
+    rolled up (an agent back from a long outage) is merged into the existing row: counts add,
+    maxima combine, means are weighted by sample counts (exact when every sample had the metric).
+
+    Finally, bucket rows starting before `now` - TELEMETRY_ROLLUP_RETENTION_D are deleted.
+    """
+    now = now or timezone.now()
+    bucket_s = settings.TELEMETRY_ROLLUP_BUCKET_S
+    cutoff = bucket_start(now - timedelta(hours=settings.TELEMETRY_RAW_RETENTION_H), bucket_s)
+    rolled_up = written = 0
+    while True:
+        with transaction.atomic():
+            oldest = GPUSample.objects.filter(ts__lt=cutoff).aggregate(oldest=Min("ts"))["oldest"]
+            if oldest is None:
+                break
+            chunk_end = min(cutoff, bucket_start(oldest, bucket_s) + timedelta(seconds=bucket_s * ROLLUP_CHUNK_BUCKETS))
+            buckets = _delete_and_aggregate(chunk_end, bucket_s)
+            rolled_up += sum(bucket.samples for bucket in buckets.values())
+            written += _store_buckets(buckets, bucket_s)
+    expired, _ = GPUSampleRollup.objects.filter(
+        bucket_start__lt=now - timedelta(days=settings.TELEMETRY_ROLLUP_RETENTION_D)
+    ).delete()
+    return RollupReport(cutoff=cutoff, samples_rolled_up=rolled_up, rollups_written=written, rollups_expired=expired)
+
+
+def _as_aware(value: datetime | str) -> datetime:
+    """A timestamp read by raw SQL: PostgreSQL gives aware datetimes, SQLite naive UTC text."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
+
+
+def _delete_and_aggregate(before: datetime, bucket_s: int) -> dict[tuple[int, datetime], Bucket]:
+    """Delete raw samples older than `before` and aggregate exactly the deleted rows by (gpu, bucket)."""
+    meta = GPUSample._meta
+    quote = connection.ops.quote_name
+    names = ("gpu", "ts", *ROLLUP_FIELDS)
+    columns = ", ".join(quote(meta.get_field(name).column) for name in names)
+    sql = (
+        f"DELETE FROM {quote(meta.db_table)} WHERE {quote(meta.get_field('ts').column)} < %s RETURNING {columns}"
+    )
+    buckets: dict[tuple[int, datetime], Bucket] = defaultdict(Bucket)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [meta.get_field("ts").get_db_prep_value(before, connection)])
+        for gpu_id, ts, *metrics in cursor.fetchall():
+            key = (gpu_id, bucket_start(_as_aware(ts), bucket_s))
+            buckets[key].add(dict(zip(ROLLUP_FIELDS, metrics, strict=True)))
+    return buckets
+
+
+def _store_buckets(buckets: dict[tuple[int, datetime], Bucket], bucket_s: int) -> int:
+    """Create bucket rows, merging into rows that already exist; return how many were written."""
+    if not buckets:
+        return 0
+    starts = {start for _, start in buckets}
+    existing = {
+        (row.gpu_id, row.bucket_start): row
+        for row in GPUSampleRollup.objects.filter(
+            bucket_start__gte=min(starts), bucket_start__lte=max(starts), gpu_id__in={gpu_id for gpu_id, _ in buckets}
+        )
+    }
+    to_create: list[GPUSampleRollup] = []
+    to_update: list[GPUSampleRollup] = []
+    for (gpu_id, start), bucket in buckets.items():
+        row = existing.get((gpu_id, start))
+        if row is None:
+            row = GPUSampleRollup(gpu_id=gpu_id, bucket_start=start, bucket_s=bucket_s, samples=0)
+            to_create.append(row)
+        else:
+            to_update.append(row)
+        for name in ROLLUP_FIELDS:
+            merged_avg = weighted_mean(getattr(row, f"{name}_avg"), row.samples, bucket.avg(name), bucket.samples)
+            setattr(row, f"{name}_avg", merged_avg)
+            setattr(row, f"{name}_max", max_or_none(getattr(row, f"{name}_max"), bucket.maxima.get(name)))
+        row.samples += bucket.samples
+    GPUSampleRollup.objects.bulk_create(to_create, batch_size=INSERT_CHUNK_ROWS)
+    GPUSampleRollup.objects.bulk_update(
+        to_update,
+        ["samples", *(f"{name}_{kind}" for name in ROLLUP_FIELDS for kind in ("avg", "max"))],
+        batch_size=INSERT_CHUNK_ROWS,
+    )
+    return len(to_create) + len(to_update)
+
+

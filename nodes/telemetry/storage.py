@@ -1,0 +1,97 @@
+"""The database statements of ingest: resolve GPU UUIDs in one read, insert samples, refresh GPU rows.
+
+Raw SQL where the ORM cannot say what ingest needs: how many rows an INSERT that skips
+duplicates really inserted, and an UPDATE that checks the row's `sampled_at` in the same atomic
+step. Callers own the transaction (`nodes.telemetry.ingest.write_samples`).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import NamedTuple
+
+from django.db import connection
+from django.db.models.constants import OnConflict
+
+from nodes.models import GPU, GPUSample
+from nodes.telemetry.samples import LATEST_FIELDS, METRIC_FIELDS, SampleIn
+
+# Rows per INSERT: keeps every statement under SQLite's 32,766 and PostgreSQL's 65,535 bound
+# parameters (9 per row).
+INSERT_CHUNK_ROWS = 1000
+
+
+class ResolvedGPU(NamedTuple):
+    """What ingest needs of one GPU row: its id, its node's id, and when its latest values were taken."""
+
+    id: int
+    node_id: int
+    sampled_at: datetime | None
+
+
+def resolve_gpus(uuids: Iterable[str]) -> dict[str, ResolvedGPU]:
+    """uuid -> ResolvedGPU for the GPUs that exist (unknown UUIDs are absent); one query."""
+    rows = GPU.objects.filter(uuid__in=list(uuids)).values_list("uuid", "pk", "node_id", "sampled_at")
+    return {uuid: ResolvedGPU(pk, node_id, sampled_at) for uuid, pk, node_id, sampled_at in rows}
+
+
+def insert_samples_ignoring_duplicates(rows: dict[tuple[int, datetime], SampleIn], source: str) -> int:
+    """INSERT the rows, keyed by (gpu id, ts), skipping pairs already stored; return how many were inserted.
+
+    Django's bulk_create(ignore_conflicts=True) does not say how many rows it inserted, and the
+    duplicate count is part of the API's answer; the statement's row count says it exactly, even
+    when two identical batches race.
+    """
+    meta = GPUSample._meta
+    fields = [meta.get_field(name) for name in ("gpu", "ts", *METRIC_FIELDS, "source")]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    row_sql = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    ts_field = meta.get_field("ts")
+    insert = connection.ops.insert_statement(on_conflict=OnConflict.IGNORE)
+    suffix = connection.ops.on_conflict_suffix_sql(fields, OnConflict.IGNORE, None, None)
+
+    values = [
+        (
+            gpu_id,
+            ts_field.get_db_prep_save(ts, connection),
+            *(getattr(sample, name) for name in METRIC_FIELDS),
+            source,
+        )
+        for (gpu_id, ts), sample in rows.items()
+    ]
+    inserted = 0
+    with connection.cursor() as cursor:
+        for start in range(0, len(values), INSERT_CHUNK_ROWS):
+            chunk = values[start : start + INSERT_CHUNK_ROWS]
+            sql = f"{insert} {quote(meta.db_table)} ({columns}) VALUES {', '.join([row_sql] * len(chunk))} {suffix}"
+            cursor.execute(sql, [value for row in chunk for value in row])
+            inserted += cursor.rowcount
+    return inserted
+
+
+def update_latest_values(newest: dict[int, SampleIn]) -> None:
+    """Copy each GPU's sample (keyed by GPU id) onto its row, where the row's sampled_at is null or older.
+
+    One conditional UPDATE per GPU, sent with executemany (PostgreSQL: pipelined, one round
+    trip): the comparison with the row's current sampled_at happens inside each UPDATE, so the
+    check and the write are one atomic step even when batches for the same GPU race. (A single
+    bulk_update-style CASE statement costs several times more CPU to build through the ORM.)
+    """
+    if not newest:
+        return
+    meta = GPU._meta
+    quote = connection.ops.quote_name
+    sampled_at = meta.get_field("sampled_at")
+    assignments = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in ("sampled_at", *LATEST_FIELDS))
+    sampled_col = quote(sampled_at.column)
+    sql = (
+        f"UPDATE {quote(meta.db_table)} SET {assignments} "
+        f"WHERE {quote(meta.pk.column)} = %s AND ({sampled_col} IS NULL OR {sampled_col} < %s)"
+    )
+    params = []
+    for gpu_id, sample in sorted(newest.items()):  # id order: concurrent batches lock rows alike
+        ts = sampled_at.get_db_prep_save(sample.ts, connection)
+        params.append((ts, *(getattr(sample, name) for name in LATEST_FIELDS), gpu_id, ts))
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
