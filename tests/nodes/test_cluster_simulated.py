@@ -13,7 +13,7 @@ import pytest
 
 from nodes.catalog import lookup_product
 from nodes.cluster.base import ClusterBackend, ClusterError, EvictionBlocked, NotFound, WorkloadSpec
-from nodes.cluster.simulated import SimulatedCluster, gpu_uuid, mig_uuid
+from nodes.cluster.sim import SimulatedCluster, gpu_uuid, mig_uuid
 from nodes.mig import plan_layout
 from nodes.sharing import device_plugin_config
 
@@ -577,7 +577,7 @@ def _python(code: str, *args: str) -> subprocess.Popen:
 def test_another_process_sees_and_makes_changes(state_path):
     code = """
         import sys
-        from nodes.cluster.simulated import SimulatedCluster
+        from nodes.cluster.sim import SimulatedCluster
         SimulatedCluster(sys.argv[1]).add_gpu_node("from-child", product="NVIDIA-L4", gpu_count=2, gpu_memory_mib=23034)
     """
     assert _python(code, str(state_path)).wait(timeout=30) == 0
@@ -591,7 +591,7 @@ def test_concurrent_writers_in_two_processes_lose_no_update(state_path):
     # Each writer waits for the other to be up, so the two loops really overlap.
     code = """
         import pathlib, sys, time
-        from nodes.cluster.simulated import SimulatedCluster
+        from nodes.cluster.sim import SimulatedCluster
         path, me, other = sys.argv[1:]
         cluster = SimulatedCluster(path)
         pathlib.Path(f"{path}.{me}.up").touch()
