@@ -33,11 +33,20 @@ ANNOTATION_DO_NOT_DISRUPT = "gpuplane.io/do-not-disrupt"  # pod: never evicted b
 RESERVED_LABEL_KEYS = frozenset({LABEL_MANAGED_BY, LABEL_APP_NAME})
 RESERVED_LABEL_PREFIX = GPUPLANE_PREFIX
 
+# ---- Kubernetes' own keys -------------------------------------------------------------------------
+LABEL_HOSTNAME = "kubernetes.io/hostname"  # node: its name; gpuplane pins workloads by required affinity on it
+LABEL_OS = "kubernetes.io/os"
+LABEL_POD_TEMPLATE_HASH = "pod-template-hash"  # pod: set by the ReplicaSet controller
+TAINT_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"  # node: added by cordon, removed by uncordon
+
 # ---- NVIDIA's keys (GPU feature discovery, device plugin, MIG manager) -------------------------
 LABEL_DEVICE_PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
 LABEL_MIG_CONFIG = "nvidia.com/mig.config"
 LABEL_MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+# GFD appends this to the product label of a replicated (time-sliced or MPS) GPU when the device
+# plugin runs with renameByDefault: false.
+GPU_PRODUCT_SHARED_SUFFIX = "-SHARED"
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
 LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"  # MiB, as GFD reports it
 LABEL_GPU_REPLICAS = "nvidia.com/gpu.replicas"
@@ -47,6 +56,7 @@ LABEL_GPU_COMPUTE_MAJOR = "nvidia.com/gpu.compute.major"
 LABEL_GPU_COMPUTE_MINOR = "nvidia.com/gpu.compute.minor"
 LABEL_SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"  # none | mps | time-slicing
 LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"  # single | mixed
+STRATEGY_NONE = "none"
 STRATEGY_MPS = "mps"
 STRATEGY_TIME_SLICING = "time-slicing"
 

@@ -32,7 +32,7 @@ from django.conf import settings
 from django.db import transaction
 
 from nodes.catalog import lookup_product
-from nodes.cluster.simulated import SimulatedCluster
+from nodes.cluster.sim import SimulatedCluster
 from nodes.contract import (
     ANNOTATION_MEMORY_MIB,
     LABEL_APP_NAME,

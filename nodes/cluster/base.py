@@ -137,6 +137,6 @@ def get_cluster() -> ClusterBackend:
         from nodes.cluster.kubernetes import KubernetesCluster
 
         return KubernetesCluster.from_settings()
-    from nodes.cluster.simulated import SimulatedCluster
+    from nodes.cluster.sim import SimulatedCluster
 
     return SimulatedCluster(settings.GPUPLANE_SIMULATED_STATE)

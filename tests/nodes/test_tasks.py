@@ -12,7 +12,7 @@ from django.core.cache import cache
 
 from gpuplane.celery import app
 from nodes.cluster.base import ClusterError
-from nodes.cluster.simulated import SimulatedCluster
+from nodes.cluster.sim import SimulatedCluster
 from nodes.models import GPU, Node
 from nodes.tasks import SYNC_LOCK_KEY, sync_inventory_task
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 
 from nodes.choices import PartitionKind
-from nodes.cluster.simulated import SimulatedCluster
+from nodes.cluster.sim import SimulatedCluster
 from nodes.demo import load_demo_cluster
 from nodes.models import GPU, SHARE_MILLI_FULL, Node, Partition
 from scheduler.models import Placement

@@ -6,7 +6,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from nodes.cluster.base import ClusterError
-from nodes.cluster.simulated import SimulatedCluster
+from nodes.cluster.sim import SimulatedCluster
 from scheduler import services
 from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.models import Deployment

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from gpuplane.celery import app
 from nodes.cluster.base import ClusterError
-from nodes.cluster.simulated import SimulatedCluster
+from nodes.cluster.sim import SimulatedCluster
 from nodes.models import Partition
 from nodes.services import sync_inventory
 from scheduler import services

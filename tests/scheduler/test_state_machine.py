@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from nodes.choices import PartitionKind
 from nodes.cluster.base import ClusterError, WorkloadSpec
-from nodes.cluster.simulated import SimulatedCluster
+from nodes.cluster.sim import SimulatedCluster
 from nodes.models import Node
 from scheduler import services
 from scheduler.choices import DeploymentStatus

@@ -330,7 +330,7 @@ def test_when_nothing_fits_the_form_shows_the_diagnosis_and_stores_nothing(opera
 
 def test_a_cluster_refusal_lands_on_the_failed_deployment(operator_client, demo, monkeypatch):
     from nodes.cluster.base import ClusterError
-    from nodes.cluster.simulated import SimulatedCluster
+    from nodes.cluster.sim import SimulatedCluster
 
     def refuse(self, spec):
         raise ClusterError("admission webhook denied the pod")

@@ -1,0 +1,312 @@
+"""SimulatedCluster: the ClusterBackend over the simulated cluster, and the controls to seed and break it.
+
+A thin facade: each method opens one transaction on the state file (`store`), lets the
+simulation catch up with the clock and hands the state to the module that owns the behaviour.
+Time is lazy: every call first advances the simulation to the clock's now (MIG manager,
+ReplicaSet controller, scheduler, kubelet, in that order), so a fake clock makes tests
+deterministic. Every ClusterBackend method first consumes an injected fault, if one is queued.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from nodes.cluster.base import ClusterError, ClusterNode, ClusterPod, WorkloadSpec
+from nodes.cluster.parsing import parse_node, parse_pod
+from nodes.cluster.sim import (
+    device_plugin,
+    eviction,
+    faults,
+    fixtures,
+    mig_manager,
+    scheduling,
+    workloads,
+)
+from nodes.cluster.sim.objects import find_node
+from nodes.cluster.sim.store import State, StateFile, empty_state
+from nodes.contract import LABEL_MIG_CONFIG
+
+T = TypeVar("T")
+
+# list_objects kinds -> their collection in the state.
+_COLLECTIONS = {
+    "Node": "nodes",
+    "Pod": "pods",
+    "Deployment": "deployments",
+    "PodDisruptionBudget": "pdbs",
+    "ConfigMap": "configmaps",
+}
+
+
+class SimulatedCluster:
+    """A ClusterBackend over a JSON state file; see `nodes.cluster.sim` for what it simulates.
+
+    `clock` is a callable returning seconds (like `time.time`) or an object with a numeric `now`
+    attribute. Pods become Ready `pod_ready_delay_s` after binding; a MIG reconfiguration
+    finishes `mig_reconfigure_s` after its label changed.
+    """
+
+    def __init__(
+        self,
+        state_path: str | os.PathLike[str],
+        *,
+        clock: Callable[[], float] | Any = time.time,
+        pod_ready_delay_s: float = 2.0,
+        mig_reconfigure_s: float = 5.0,
+    ) -> None:
+        self.state_file = StateFile(state_path)
+        self._clock = clock
+        self.pod_ready_delay_s = pod_ready_delay_s
+        self.mig_reconfigure_s = mig_reconfigure_s
+
+    # --- ClusterBackend ------------------------------------------------------------------------
+
+    def list_nodes(self) -> list[ClusterNode]:
+        """Every node, by name, parsed as a real cluster's Node JSON is."""
+        return self._operate("list_nodes", lambda s, now: [parse_node(s["nodes"][n]) for n in sorted(s["nodes"])])
+
+    def list_gpu_pods(self) -> list[ClusterPod]:
+        """Pods (all namespaces) that request an nvidia.com/gpu or nvidia.com/mig-* resource."""
+
+        def action(state: State, now: float) -> list[ClusterPod]:
+            pods = (parse_pod(state["pods"][key]) for key in sorted(state["pods"]))
+            return [pod for pod in pods if pod is not None]
+
+        return self._operate("list_gpu_pods", action)
+
+    def set_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
+        """Merge labels; a None value removes the label.
+
+        A changed `nvidia.com/mig.config` starts the MIG manager (state `pending`); a changed
+        `nvidia.com/device-plugin.config` does nothing until `restart_device_plugin`.
+        """
+
+        def action(state: State, now: float) -> None:
+            current = find_node(state, node)["metadata"].setdefault("labels", {})
+            old_mig_config = current.get(LABEL_MIG_CONFIG)
+            for key, value in labels.items():
+                if value is None:
+                    current.pop(key, None)
+                else:
+                    current[key] = str(value)
+            new_mig_config = current.get(LABEL_MIG_CONFIG)
+            # The MIG manager reacts to label changes only, as the real one (a watch) does.
+            if new_mig_config is not None and new_mig_config != old_mig_config:
+                mig_manager.start_reconfiguration(state, node, new_mig_config, now)
+
+        self._operate("set_node_labels", action)
+
+    def cordon(self, node: str) -> None:
+        """Mark the node unschedulable (and, as the node lifecycle controller does, taint it)."""
+        self._operate("cordon", lambda state, now: scheduling.cordon(state, node, now))
+
+    def uncordon(self, node: str) -> None:
+        """Make the node schedulable again and remove the unschedulable taint."""
+        self._operate("uncordon", lambda state, now: scheduling.uncordon(state, node))
+
+    def evict_pod(self, namespace: str, name: str) -> None:
+        """Evict through the simulated Eviction API.
+
+        Raises NotFound for an unknown pod, ClusterError for a DaemonSet pod (drains leave them
+        alone) or a pod matched by several PodDisruptionBudgets, and EvictionBlocked (HTTP 429)
+        when evicting would leave fewer healthy pods than a budget's minAvailable. Pending,
+        Succeeded and Failed pods ignore budgets, as in Kubernetes. An evicted Deployment pod is
+        recreated by its ReplicaSet under a new name.
+        """
+        self._operate("evict_pod", lambda state, now: eviction.evict_pod(state, namespace, name, now))
+
+    def create_workload(self, spec: WorkloadSpec) -> None:
+        """Store the Deployment and create its pods; like `kubectl apply`, an existing one is updated.
+
+        A changed pod template replaces all pods of the Deployment (the Recreate strategy).
+        """
+        self._operate("create_workload", lambda state, now: workloads.apply_deployment(state, spec, now))
+
+    def scale_workload(self, namespace: str, name: str, replicas: int) -> None:
+        """Set the Deployment's replicas; NotFound when there is none, ClusterError when replicas < 0."""
+        self._operate(
+            "scale_workload", lambda state, now: workloads.scale_deployment(state, namespace, name, replicas)
+        )
+
+    def delete_workload(self, namespace: str, name: str) -> None:
+        """Delete the Deployment and its pods; NotFound when there is none."""
+        self._operate("delete_workload", lambda state, now: workloads.delete_deployment(state, namespace, name))
+
+    def workload_ready(self, namespace: str, name: str) -> bool:
+        """True when as many pods of the Deployment are Ready as it has replicas."""
+        return self._operate("workload_ready", lambda state, now: workloads.deployment_ready(state, namespace, name))
+
+    def restart_device_plugin(self, node: str) -> None:
+        """Delete the node's device plugin pod; its replacement reads the node's config label.
+
+        The config named by `nvidia.com/device-plugin.config` (the operator default when the
+        label is absent) then drives the GFD labels and allocatable `nvidia.com/gpu`. An unknown
+        or invalid config, or one the node's GPUs cannot run, raises ClusterError and changes
+        nothing, as a crash-looping plugin would leave the advertised resources alone.
+        """
+
+        def action(state: State, now: float) -> None:
+            find_node(state, node)
+            device_plugin.restart_device_plugin(state, node, now)
+
+        self._operate("restart_device_plugin", action)
+
+    # --- seeding and simulation control ---------------------------------------------------------
+
+    def reset(self) -> None:
+        """Empty the cluster: no nodes, pods, workloads, budgets, configs or faults."""
+        with self._transaction() as state:
+            state.clear()
+            state.update(empty_state())
+
+    def is_empty(self) -> bool:
+        """True when the cluster has no nodes."""
+        with self._transaction() as state:
+            return not state["nodes"]
+
+    def add_gpu_node(
+        self,
+        name: str,
+        *,
+        product: str,
+        gpu_count: int,
+        gpu_memory_mib: int,
+        cpu_milli: int = 64000,
+        memory_mib: int = 524288,
+        labels: dict[str, str] | None = None,
+        taints: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Add a Ready GPU node as GFD and the device plugin would publish it (`fixtures.add_gpu_node`).
+
+        Raises ClusterError when the node exists (or a config label names a config the plugin
+        cannot run), ValueError when `gpu_count` < 1.
+        """
+        if gpu_count < 1:
+            raise ValueError(f"a GPU node has at least one GPU, not {gpu_count}")
+        with self._transaction() as state:
+            fixtures.add_gpu_node(
+                state, self._now(), name, product=product, gpu_count=gpu_count, gpu_memory_mib=gpu_memory_mib,
+                cpu_milli=cpu_milli, memory_mib=memory_mib, labels=labels, taints=taints,
+            )
+
+    def set_node_ready(self, name: str, ready: bool) -> None:
+        """Flip the node's Ready condition (a kubelet that stops or resumes posting status)."""
+        with self._transaction() as state:
+            fixtures.set_node_ready(state, self._now(), name, ready)
+
+    def set_device_plugin_config(self, name: str, config: dict[str, Any]) -> None:
+        """Add or replace the named entry of the device plugin ConfigMap.
+
+        `config` is the parsed YAML (`nodes.sharing.device_plugin_config`); an invalid one raises
+        ClusterError, as the plugin would crash-loop on it. Nodes pick it up only on restart.
+        """
+        device_plugin.check_device_plugin_config(name, config)
+        with self._transaction() as state:
+            device_plugin.put_device_plugin_config(state, name, config)
+
+    def set_mig_config(self, name: str, config: list[dict[str, Any]]) -> None:
+        """Add or replace the named mig-parted config the MIG manager can apply.
+
+        Only the shape is checked here (ClusterError when malformed); a layout that does not fit
+        a node's GPUs makes that node's `nvidia.com/mig.config.state` `failed` when applied.
+        """
+        with self._transaction() as state:
+            mig_manager.put_mig_config(state, name, config)
+
+    def run_pod(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        *,
+        resources: dict[str, int],
+        gpus: list[int] | None = None,
+        share_milli: int | None = None,
+        mig_start: int | None = None,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        ready: bool = True,
+        owner_kind: str = "",
+    ) -> None:
+        """Add a pod someone else created, already bound to `node` and Running (`fixtures.run_pod`).
+
+        It is Ready when `ready` (otherwise Running but not Ready until `set_pod_ready`). Raises
+        NotFound for an unknown node, ClusterError when the pod exists.
+        """
+        with self._transaction() as state:
+            fixtures.run_pod(
+                state, self._now(), namespace, name, node, resources=resources, gpus=gpus,
+                share_milli=share_milli, mig_start=mig_start, labels=labels, annotations=annotations,
+                ready=ready, owner_kind=owner_kind,
+            )
+
+    def set_pod_ready(self, namespace: str, name: str, ready: bool) -> None:
+        """Make a Running pod pass or fail its readiness probe."""
+        with self._transaction() as state:
+            fixtures.set_pod_ready(state, self._now(), namespace, name, ready)
+
+    def add_pdb(self, namespace: str, name: str, selector: dict[str, str], min_available: int) -> None:
+        """Add or replace a policy/v1 PodDisruptionBudget with matchLabels `selector`."""
+        with self._transaction() as state:
+            eviction.put_pdb(state, namespace, name, selector, min_available)
+
+    def inject_fault(self, operation: str, message: str = "injected fault", times: int = 1) -> None:
+        """Make the next `times` calls of the ClusterBackend method `operation` raise ClusterError(message).
+
+        Faults live in the state file, so they reach other processes; several injections for one
+        operation queue up in order. ValueError for an unknown operation or `times` < 1.
+        """
+        faults.check_fault(operation, times)
+        with self._transaction() as state:
+            faults.queue_fault(state, operation, message, times)
+
+    def list_objects(self, kind: str) -> list[dict[str, Any]]:
+        """Copies of the stored objects of a kind (Node, Pod, Deployment, PodDisruptionBudget, ConfigMap)."""
+        if kind not in _COLLECTIONS:
+            raise ValueError(f"unknown kind {kind!r} (valid: {', '.join(_COLLECTIONS)})")
+        with self._transaction() as state:
+            objects = state[_COLLECTIONS[kind]]
+            return [copy.deepcopy(objects[key]) for key in sorted(objects)]
+
+    def events(self) -> list[dict[str, Any]]:
+        """The latest simulator events (oldest first): MIG results, plugin restarts, evictions, failed pods."""
+        with self._transaction() as state:
+            return copy.deepcopy(state["events"])
+
+    # --- simulation ----------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        if callable(self._clock):
+            return float(self._clock())
+        return float(self._clock.now)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[State]:
+        """The state, advanced to now, under the file lock; saved on normal exit (`StateFile.transaction`)."""
+        with self.state_file.transaction(lambda state: self._advance(state, self._now())) as state:
+            yield state
+
+    def _operate(self, operation: str, action: Callable[[State, float], T]) -> T:
+        """Run a ClusterBackend operation in one transaction, unless a queued fault fires first."""
+        fault: str | None = None
+        result: T
+        with self._transaction() as state:
+            fault = faults.take_fault(state, operation)
+            if fault is None:
+                result = action(state, self._now())
+        # Raised after the transaction so that the consumed fault is saved.
+        if fault is not None:
+            raise ClusterError(fault)
+        return result
+
+    def _advance(self, state: State, now: float) -> None:
+        """Bring the simulation to `now`: MIG manager, ReplicaSet controller, scheduler, kubelet."""
+        mig_manager.finish_reconfigurations(state, now, self.mig_reconfigure_s)
+        workloads.reconcile_deployments(state, now)
+        scheduling.schedule_pending(state, now)
+        scheduling.start_bound_pods(state, now, self.pod_ready_delay_s)
+        workloads.update_deployment_status(state)

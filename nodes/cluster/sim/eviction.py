@@ -1,0 +1,76 @@
+"""The Eviction API in the simulator, with policy/v1 PodDisruptionBudgets.
+
+As in Kubernetes: DaemonSet pods are left alone (drains skip them), a pod matched by several
+budgets cannot be evicted, and a budget blocks an eviction (HTTP 429) that would leave fewer
+healthy pods than its minAvailable. Pending, Succeeded and Failed pods ignore budgets. An evicted
+Deployment pod is recreated by its ReplicaSet under a new name (see `workloads`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from nodes.cluster.base import ClusterError, EvictionBlocked, NotFound
+from nodes.cluster.sim.objects import TERMINAL_PHASES, delete_pod, is_ready, owner_kind, phase, record_event
+from nodes.cluster.sim.store import State
+
+EVICTION_BLOCKED_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
+def put_pdb(state: State, namespace: str, name: str, selector: dict[str, str], min_available: int) -> None:
+    """Add or replace a PodDisruptionBudget that selects pods by matchLabels `selector`."""
+    state["pdbs"][f"{namespace}/{name}"] = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": dict(selector)}},
+    }
+
+
+def evict_pod(state: State, namespace: str, name: str, now: float) -> None:
+    """Evict a pod as the Eviction API would.
+
+    Raises NotFound for an unknown pod, ClusterError for a DaemonSet pod or a pod matched by
+    several PodDisruptionBudgets, and EvictionBlocked when its budget forbids it now.
+    """
+    key = f"{namespace}/{name}"
+    pod = state["pods"].get(key)
+    if pod is None:
+        raise NotFound(f'pods "{name}" not found in namespace {namespace}')
+    if owner_kind(pod) == "DaemonSet":
+        raise ClusterError(f"cannot evict pod {key}: it is managed by a DaemonSet")
+    budgets = [
+        pdb
+        for pdb_key, pdb in sorted(state["pdbs"].items())
+        if pdb_key.startswith(f"{namespace}/") and _selector_matches(pdb, pod)
+    ]
+    if len(budgets) > 1:
+        raise ClusterError(
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+        )
+    if budgets and phase(pod) not in ("Pending", *TERMINAL_PHASES):
+        _check_budget(state, budgets[0], pod)
+    delete_pod(state, key)
+    record_event(state, now, "Pod", key, "Normal", "Evicted", "evicted through the Eviction API")
+
+
+def _check_budget(state: State, pdb: dict[str, Any], pod: dict[str, Any]) -> None:
+    """Raise EvictionBlocked when evicting `pod` would leave fewer healthy pods than the budget allows."""
+    namespace = pdb["metadata"]["namespace"]
+    healthy = sum(
+        1
+        for key, other in state["pods"].items()
+        if key.startswith(f"{namespace}/") and _selector_matches(pdb, other) and is_ready(other)
+    )
+    min_available = pdb["spec"]["minAvailable"]
+    # IfHealthyBudget (the default policy): a ready pod needs a spare healthy pod; a running
+    # but unready one may go while the budget is met.
+    remaining = healthy - 1 if is_ready(pod) else healthy
+    if remaining < min_available:
+        raise EvictionBlocked(EVICTION_BLOCKED_MESSAGE)
+
+
+def _selector_matches(pdb: dict[str, Any], pod: dict[str, Any]) -> bool:
+    # policy/v1: an empty selector selects every pod of the namespace.
+    match_labels = (pdb["spec"].get("selector") or {}).get("matchLabels") or {}
+    labels = pod["metadata"].get("labels") or {}
+    return all(labels.get(key) == value for key, value in match_labels.items())

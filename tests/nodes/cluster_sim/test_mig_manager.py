@@ -1,0 +1,88 @@
+"""The simulated MIG manager: pending -> success with the planned layout, or failed keeping the old one."""
+
+import pytest
+
+from nodes.catalog import lookup_product
+from nodes.cluster.base import ClusterError
+from nodes.cluster.sim import mig_uuid
+from nodes.mig import plan_layout
+from nodes.sharing import device_plugin_config
+from tests.nodes.cluster_sim.helpers import H100, node
+
+
+def test_mig_reconfiguration_goes_pending_then_success_with_the_planned_layout(cluster, clock):
+    cluster.add_gpu_node("gpu-1", gpu_count=4, **H100)
+    counts = {"3g.40gb": 1, "2g.20gb": 2}
+    cluster.set_mig_config(
+        "node-a", [{"devices": [0, 1], "mig-enabled": True, "mig-devices": counts}, {"devices": [2, 3], "mig-enabled": False}]
+    )
+    cluster.set_node_labels("gpu-1", {"nvidia.com/mig.config": "node-a"})
+
+    clock.advance(4.9)
+    pending = node(cluster, "gpu-1")
+    assert pending.labels["nvidia.com/mig.config.state"] == "pending"
+    assert not pending.unschedulable  # the MIG manager does not cordon
+    assert pending.allocatable == {"nvidia.com/gpu": 4} and not any(g.mig_enabled for g in pending.gpus)
+
+    clock.advance(0.1)
+    done = node(cluster, "gpu-1")
+    assert done.labels["nvidia.com/mig.config.state"] == "success"
+    planned = plan_layout(lookup_product("NVIDIA-H100-80GB-HBM3"), counts)
+    for index in (0, 1):
+        assert done.gpus[index].mig_enabled
+        assert [(d.profile, d.start, d.size, d.uuid) for d in done.gpus[index].mig_devices] == [
+            (p.profile, p.start, p.size, mig_uuid("gpu-1", index, p.profile, p.start)) for p in planned
+        ]
+    assert not done.gpus[2].mig_enabled and not done.gpus[3].mig_enabled
+    # Mixed strategy: instances are their own resources; whole GPUs drop by the two MIG GPUs.
+    assert done.allocatable == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-2g.20gb": 4}
+
+    cluster.set_node_labels("gpu-1", {"nvidia.com/mig.config": "all-disabled"})
+    clock.advance(5)
+    disabled = node(cluster, "gpu-1")
+    assert disabled.labels["nvidia.com/mig.config.state"] == "success"
+    assert disabled.allocatable == {"nvidia.com/gpu": 4} and not any(g.mig_enabled for g in disabled.gpus)
+
+
+@pytest.mark.parametrize(
+    "mig_devices",
+    [
+        {"3g.40gb": 2, "1g.10gb": 1},  # the seed's layout: two 3g take all 8 memory slices
+        {"3g.20gb": 1},  # an A100-40GB profile on an H100
+    ],
+)
+def test_an_invalid_layout_fails_and_keeps_the_previous_layout(cluster, clock, mig_devices):
+    cluster.add_gpu_node("gpu-1", gpu_count=1, labels={"nvidia.com/mig.config": "all-1g"}, **H100)
+    cluster.set_mig_config("all-1g", [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}])
+    clock.advance(5)
+    assert node(cluster, "gpu-1").allocatable == {"nvidia.com/gpu": 0, "nvidia.com/mig-1g.10gb": 7}
+
+    cluster.set_mig_config("bad", [{"devices": [0], "mig-enabled": True, "mig-devices": mig_devices}])
+    cluster.set_node_labels("gpu-1", {"nvidia.com/mig.config": "bad"})
+    clock.advance(5)
+    failed = node(cluster, "gpu-1")
+    assert failed.labels["nvidia.com/mig.config.state"] == "failed"
+    assert [d.profile for d in failed.gpus[0].mig_devices] == ["1g.10gb"] * 7
+    assert failed.allocatable == {"nvidia.com/gpu": 0, "nvidia.com/mig-1g.10gb": 7}
+    assert cluster.events()[-1]["reason"] == "MIGConfigFailed"
+
+
+def test_an_unknown_mig_config_name_fails(cluster, clock):
+    cluster.add_gpu_node("gpu-1", gpu_count=1, **H100)
+    cluster.set_node_labels("gpu-1", {"nvidia.com/mig.config": "nope"})
+    clock.advance(5)
+    assert node(cluster, "gpu-1").labels["nvidia.com/mig.config.state"] == "failed"
+
+
+def test_a_malformed_mig_config_is_refused(cluster):
+    with pytest.raises(ClusterError, match="mig-enabled must be true or false"):
+        cluster.set_mig_config("bad", [{"devices": [0], "mig-enabled": "yes"}])
+
+
+def test_mps_refuses_mig_enabled_gpus(cluster, clock):
+    cluster.add_gpu_node("gpu-1", gpu_count=1, labels={"nvidia.com/mig.config": "all-enabled"}, **H100)
+    clock.advance(5)
+    cluster.set_device_plugin_config("mps-2", device_plugin_config("mps", 2))
+    cluster.set_node_labels("gpu-1", {"nvidia.com/device-plugin.config": "mps-2"})
+    with pytest.raises(ClusterError, match="MPS shares only full GPUs, and GPU 0 has MIG enabled"):
+        cluster.restart_device_plugin("gpu-1")
