@@ -25,5 +25,3 @@ def kube(server) -> FakeKubeAPI:
 @pytest.fixture
 def cluster(kube) -> KubernetesCluster:
     return KubernetesCluster.for_host(kube.url, token="test-token")
-
-

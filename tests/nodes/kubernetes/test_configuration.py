@@ -113,5 +113,3 @@ def test_get_cluster_builds_a_kubernetes_backend_when_configured(kube, settings,
     assert isinstance(cluster, KubernetesCluster)
     assert isinstance(cluster, ClusterBackend)
     assert cluster.host == kube.url
-
-

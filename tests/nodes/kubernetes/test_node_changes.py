@@ -158,5 +158,3 @@ def test_a_missing_device_plugin_pod_is_an_error_naming_namespace_and_selector(k
     assert "no NVIDIA device plugin pod on node gpu-node-1" in message
     assert "'gpu-operator'" in message and "'app=nvidia-device-plugin-daemonset'" in message
     assert [r.method for r in kube.requests] == ["GET"]  # nothing deleted
-
-

@@ -99,4 +99,3 @@ def test_it_lists_unfinished_gpu_and_mig_pods_of_all_namespaces(kube, cluster):
     assert bert.key == "research/bert-5f6d7c8b9-fghij"
     assert bert.gpu_requests == {"nvidia.com/mig-3g.40gb": 1}
     assert bert.ready is False
-

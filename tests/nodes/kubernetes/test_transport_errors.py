@@ -53,5 +53,3 @@ def test_invalid_json_is_a_cluster_error(kube, cluster):
 
     with pytest.raises(ClusterError, match="invalid JSON"):
         cluster.list_nodes()
-
-

@@ -150,5 +150,3 @@ def test_readiness_of_a_missing_deployment_raises_not_found(kube, cluster):
 
     with pytest.raises(NotFound, match='deployments.apps "llama" not found'):
         cluster.workload_ready("ml", "llama")
-
-
