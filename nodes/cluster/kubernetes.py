@@ -193,7 +193,7 @@ class KubernetesCluster:
             lambda: self.core.create_namespaced_pod_eviction(
                 name,
                 namespace,
-                body,
+                body,  # type: ignore[arg-type]  # the client serializes a plain dict body as it is
                 field_manager=FIELD_MANAGER,
                 _headers=_json_content(),
                 _preload_content=False,
@@ -250,7 +250,7 @@ class KubernetesCluster:
                 action,
                 lambda: self.apps.create_namespaced_deployment(
                     spec.namespace,
-                    deployment_manifest(spec),
+                    deployment_manifest(spec),  # type: ignore[arg-type]  # a plain dict, shared with the simulator
                     field_manager=FIELD_MANAGER,
                     _headers=_json_content(),
                     _preload_content=False,
