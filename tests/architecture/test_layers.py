@@ -7,6 +7,8 @@
 """
 from __future__ import annotations
 
+from collections import deque
+
 from tests.architecture.graph import project_graph
 
 APPS = ("nodes", "scheduler", "lifecycle")
@@ -31,6 +33,32 @@ def _imports_of(package: str, predicate) -> list[str]:
 def test_nodes_never_imports_scheduler():
     bad = _imports_of("nodes", lambda name: _within(name, ("scheduler",)))
     assert bad == [], "nodes must not depend on scheduler:\n" + "\n".join(bad)
+
+
+def test_nodes_does_not_reach_scheduler_through_another_module():
+    # nodes -> lifecycle -> scheduler (or through gpuplane) would be the same dependency, hidden.
+    graph = project_graph()
+    edges = graph.edges(include_type_checking=True)
+    previous: dict[str, str] = {}
+    queue = deque(graph.modules_under("nodes"))
+    seen = set(queue)
+    while queue:
+        module = queue.popleft()
+        for imported in sorted(edges[module]):
+            if imported in seen or _within(imported, ("tests", "bench")):
+                continue
+            seen.add(imported)
+            previous[imported] = module
+            queue.append(imported)
+    # Only where the path enters scheduler: what scheduler imports next adds nothing.
+    reached = sorted(m for m in previous if _within(m, ("scheduler",)) and not _within(previous[m], ("scheduler",)))
+    chains = []
+    for target in reached:
+        chain = [target]
+        while chain[-1] in previous:
+            chain.append(previous[chain[-1]])
+        chains.append(" -> ".join(reversed(chain)))
+    assert chains == [], "nodes reaches scheduler through other modules:\n" + "\n".join(chains)
 
 
 def test_the_apps_never_import_the_top_layer():
