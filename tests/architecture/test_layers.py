@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from tests.architecture.graph import project_graph
 
@@ -20,7 +21,7 @@ def _within(name: str, prefixes: tuple[str, ...]) -> bool:
     return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
 
 
-def _imports_of(package: str, predicate) -> list[str]:
+def _imports_of(package: str, predicate: Callable[[str], bool]) -> list[str]:
     graph = project_graph()
     return [
         f"{graph.relative(module)}: {imported.describe()}"

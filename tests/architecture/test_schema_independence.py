@@ -13,6 +13,7 @@ from pathlib import Path
 
 from django.apps import apps
 from django.db.models import Model
+from django.db.models.options import Options
 
 from tests.architecture.graph import ROOT, source_files
 
@@ -36,7 +37,10 @@ def _scheduler_models() -> list[type[Model]]:
 
 
 def _is_scheduler(model: object) -> bool:
-    return isinstance(model, type) and issubclass(model, Model) and model._meta.app_label == "scheduler"
+    if not (isinstance(model, type) and issubclass(model, Model)):
+        return False
+    meta: Options = model._meta  # type: ignore[attr-defined]  # typed as plain `type` without django-stubs
+    return meta.app_label == "scheduler"
 
 
 def scheduler_relation_names() -> frozenset[str]:
@@ -84,9 +88,9 @@ def find_relation_lookups(source: str, names: frozenset[str]) -> list[tuple[int,
         elif isinstance(node, ast.Call):
             lookups = _call_name(node) in KEYWORD_LOOKUP_CALLS
             for keyword in node.keywords:
-                arg = keyword.arg
-                if arg and (("__" in arg and _names_relation(arg, names)) or (lookups and arg in names | attnames)):
-                    found.append((node.lineno, f"{arg}="))
+                name = keyword.arg
+                if name and (("__" in name and _names_relation(name, names)) or (lookups and name in names | attnames)):
+                    found.append((node.lineno, f"{name}="))
             if _call_name(node) in PATH_ARGUMENT_CALLS:
                 for arg in node.args:
                     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
