@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -95,12 +96,15 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# find_spec locates the plotly package without importing it.
+_plotly_spec = find_spec("plotly")
+if _plotly_spec is None or _plotly_spec.origin is None:
+    raise ImproperlyConfigured("the plotly package is not installed: run `make install` (requirements.txt pins it)")
 STATICFILES_DIRS = [
     BASE_DIR / "static",
     # plotly.js as shipped inside the pinned `plotly` package, served at
     # /static/vendor/plotly/plotly.min.js: no CDN, and no copy of it in the repository.
-    # find_spec locates the package without importing it.
-    ("vendor/plotly", Path(find_spec("plotly").origin).parent / "package_data"),
+    ("vendor/plotly", Path(_plotly_spec.origin).parent / "package_data"),
 ]
 # The app serves its own assets (no CDN); whitenoise finds them without collectstatic in DEBUG.
 WHITENOISE_USE_FINDERS = True
@@ -169,7 +173,7 @@ else:
 CELERY_BROKER_DIR = VAR_DIR / "celery-broker"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": 3600}
 else:
     # Embedded broker: kombu's filesystem transport works across processes on one machine.
     for sub in ("queue", "processed", "control"):

@@ -148,7 +148,7 @@ class NodeAgentTokenScheme(OpenApiAuthenticationExtension):
             "description": "Node agent key from `manage.py create_agent_token NODE`; telemetry for that node only.",
         }
 
-    def get_security_requirement(self, auto_schema: Any) -> dict[str, list[Any]] | None:
+    def get_security_requirement(self, auto_schema: Any) -> dict[str, list[Any]] | list[dict[str, list[Any]]]:
         if getattr(auto_schema.view, "accepts_agent_tokens", False):
             return {self.name: []}
-        return None
+        return []  # no requirement: only the telemetry endpoint accepts agent keys

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from nodes.catalog import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, GPUModel, MIGProfile, find_model
@@ -301,7 +301,7 @@ def _placement_sort_key(gpu: GPUModel, placement: MIGPlacement) -> tuple[int, in
     return (placement.start, -placement.size, -compute, placement.profile)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _candidates(gpu: GPUModel) -> tuple[MIGPlacement, ...]:
     candidates = [
         MIGPlacement(profile.name, start, profile.memory_slices)
@@ -311,7 +311,7 @@ def _candidates(gpu: GPUModel) -> tuple[MIGPlacement, ...]:
     return tuple(sorted(candidates, key=lambda p: _placement_sort_key(gpu, p)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _maximal_layouts(gpu: GPUModel) -> tuple[tuple[MIGPlacement, ...], ...]:
     candidates = _candidates(gpu)
     masks = [_slice_mask(c.start, c.size) for c in candidates]

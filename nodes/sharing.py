@@ -218,11 +218,12 @@ def validate_device_plugin_config(config: Mapping[str, Any]) -> SharingSpec:
                 f"{name} is listed twice in sharing.{key}.resources: replicas are per node, the same for every GPU"
             )
         seen.add(name)
-        replicas = resource.get("replicas")
-        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 2:
+        stated = resource.get("replicas")
+        if not isinstance(stated, int) or isinstance(stated, bool) or stated < 2:
             raise InvalidSharingConfig(
-                f"replicas of {name} must be an integer >= 2 when sharing is set, not {replicas!r}"
+                f"replicas of {name} must be an integer >= 2 when sharing is set, not {stated!r}"
             )
+        replicas = stated
     return SharingSpec(strategy=strategy, replicas=replicas, mig_strategy=mig_strategy)  # type: ignore[arg-type]
 
 

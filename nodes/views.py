@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views.generic import DetailView, ListView, TemplateView
 
-from gpuplane.views import RoleRequiredMixin, filter_list_context
+from gpuplane.web import RoleRequiredMixin, filter_list_context
 from nodes.api.series import DEFAULT_RANGE, RANGES
 from nodes.catalog import MIG_MEMORY_SLICES
 from nodes.choices import SharingMode

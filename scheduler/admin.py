@@ -1,4 +1,8 @@
+from __future__ import annotations
+
 from django.contrib import admin
+from django.db.models import Model
+from django.http import HttpRequest
 
 from scheduler.models import Decision, Deployment, NamespaceQuota, PartitionHold, Placement
 
@@ -43,10 +47,10 @@ class DecisionAdmin(admin.ModelAdmin):
     readonly_fields = ("deployment", "replica_index", "outcome", "node", "profile", "weights", "matrix", "message",
                        "duration_ms", "created_at")
 
-    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
 

@@ -23,7 +23,7 @@ from django.views import View
 from django.views.generic import DetailView, FormView, ListView
 
 from gpuplane.roles import OPERATOR, has_role
-from gpuplane.views import RoleRequiredMixin, filter_list_context
+from gpuplane.web import RoleRequiredMixin, filter_list_context
 from nodes.cluster.base import ClusterError
 from nodes.models import Node
 from scheduler import services

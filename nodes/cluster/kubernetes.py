@@ -12,6 +12,7 @@ message names the operation, the HTTP status, the API's reason and its message.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -192,7 +193,7 @@ class KubernetesCluster:
             lambda: self.core.create_namespaced_pod_eviction(
                 name,
                 namespace,
-                body,
+                body,  # type: ignore[arg-type]  # the client serializes a plain dict body as it is
                 field_manager=FIELD_MANAGER,
                 _headers=_json_content(),
                 _preload_content=False,
@@ -228,8 +229,9 @@ class KubernetesCluster:
             try:
                 self._call(
                     f"delete device plugin pod {namespace}/{pod_name}",
-                    lambda: self.core.delete_namespaced_pod(
-                        pod_name, namespace, _preload_content=False, _request_timeout=self.request_timeout_s
+                    functools.partial(
+                        self.core.delete_namespaced_pod,
+                        pod_name, namespace, _preload_content=False, _request_timeout=self.request_timeout_s,
                     ),
                 )
             except NotFound:
@@ -248,7 +250,7 @@ class KubernetesCluster:
                 action,
                 lambda: self.apps.create_namespaced_deployment(
                     spec.namespace,
-                    deployment_manifest(spec),
+                    deployment_manifest(spec),  # type: ignore[arg-type]  # a plain dict, shared with the simulator
                     field_manager=FIELD_MANAGER,
                     _headers=_json_content(),
                     _preload_content=False,
@@ -328,7 +330,7 @@ class KubernetesCluster:
             page_params = dict(params, limit=self.page_size, _preload_content=False, _request_timeout=self.request_timeout_s)
             if token:
                 page_params["_continue"] = token
-            page = self._json(action, lambda: list_call(**page_params))
+            page = self._json(action, functools.partial(list_call, **page_params))
             yield from page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
             if not token:

@@ -12,30 +12,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypedDict, runtime_checkable
 
 from nodes.telemetry.samples import SampleIn
 
-# The reading fields that may be missing (None) when the source cannot give them.
-METRIC_FIELDS: tuple[str, ...] = (
-    "utilization_pct",
-    "memory_used_mib",
-    "memory_total_mib",
-    "power_w",
-    "power_limit_w",
-    "temperature_c",
-    "sm_clock_mhz",
-    "mig_enabled",
-)
-# The subset that GPUSample stores (and the telemetry API accepts).
-SAMPLE_FIELDS: tuple[str, ...] = (
-    "utilization_pct",
-    "memory_used_mib",
-    "memory_total_mib",
-    "power_w",
-    "temperature_c",
-    "sm_clock_mhz",
-)
+
+class ReadingMetrics(TypedDict):
+    """The reading fields that may be missing (None) when the source cannot give them."""
+
+    utilization_pct: float | None
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    power_w: float | None
+    power_limit_w: float | None
+    temperature_c: float | None
+    sm_clock_mhz: int | None
+    mig_enabled: bool | None
+
+
+class SampleValues(TypedDict):
+    """The subset of the metrics that GPUSample stores (and the telemetry API accepts)."""
+
+    utilization_pct: float | None
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    power_w: float | None
+    temperature_c: float | None
+    sm_clock_mhz: int | None
+
+
+METRIC_FIELDS: tuple[str, ...] = tuple(ReadingMetrics.__annotations__)
+SAMPLE_FIELDS: tuple[str, ...] = tuple(SampleValues.__annotations__)
 
 BYTES_PER_MIB = 1024 * 1024
 
@@ -95,9 +102,16 @@ class GPUReading:
         """True when at least one stored metric was read (a reading of a lost GPU has none)."""
         return any(getattr(self, name) is not None for name in SAMPLE_FIELDS)
 
-    def sample_values(self) -> dict[str, float | int | None]:
+    def sample_values(self) -> SampleValues:
         """The metrics GPUSample stores, by field name (None where missing)."""
-        return {name: getattr(self, name) for name in SAMPLE_FIELDS}
+        return SampleValues(
+            utilization_pct=self.utilization_pct,
+            memory_used_mib=self.memory_used_mib,
+            memory_total_mib=self.memory_total_mib,
+            power_w=self.power_w,
+            temperature_c=self.temperature_c,
+            sm_clock_mhz=self.sm_clock_mhz,
+        )
 
     def to_sample(self) -> SampleIn:
         """This reading as the storage service's input (nodes.telemetry.samples.SampleIn)."""

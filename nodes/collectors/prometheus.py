@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from nodes.collectors.base import METRIC_FIELDS, CollectorUnavailable, GPUReading
+from nodes.collectors.base import CollectorUnavailable, GPUReading, ReadingMetrics
 
 METRIC_UTILIZATION = "DCGM_FI_DEV_GPU_UTIL"
 METRIC_FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -110,7 +110,7 @@ class DCGMPrometheusCollector:
         power = _max(values.get(METRIC_POWER))
         temperature = _max(values.get(METRIC_TEMPERATURE))
         sm_clock = _max(values.get(METRIC_SM_CLOCK))
-        fields = {
+        fields: ReadingMetrics = {
             "utilization_pct": None if utilization is None else min(100.0, max(0.0, utilization)),
             "memory_used_mib": None if used is None else int(used),
             "memory_total_mib": None if used is None or free is None else int(used + free),
@@ -127,7 +127,7 @@ class DCGMPrometheusCollector:
             gpu_uuid=gpu_uuid,
             index=series.index,
             ts=ts,
-            missing=frozenset(name for name in METRIC_FIELDS if fields[name] is None),
+            missing=frozenset(name for name, value in fields.items() if value is None),
             **fields,
         )
 

@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from django.contrib.auth.models import Group, User
+
+from tests.e2e.accounts import PASSWORD, VIEWER_NAME
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -53,3 +56,11 @@ def page(chromium: Browser) -> Iterator[Page]:
         yield page
     finally:
         context.close()
+
+
+@pytest.fixture
+def viewer_user() -> User:
+    """A plain viewer: not staff, so only the gpuplane sign-in page lets her in."""
+    user = User.objects.create_user(VIEWER_NAME, password=PASSWORD)
+    user.groups.add(Group.objects.get_or_create(name="viewer")[0])
+    return user

@@ -15,7 +15,7 @@ from playwright.sync_api import Page, expect
 
 from nodes.choices import SharingMode
 from nodes.models import GPU, GPUSample, Node
-from tests.e2e.test_browser_nodes import sign_in, viewer_user  # noqa: F401 (fixture)
+from tests.e2e.accounts import sign_in
 from tests.nodes.factories import make_node
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -15,7 +15,7 @@ from playwright.sync_api import Page, expect
 
 from nodes.demo import load_demo_cluster
 from scheduler.models import Deployment
-from tests.e2e.test_browser_nodes import PASSWORD, sign_in
+from tests.e2e.accounts import PASSWORD, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

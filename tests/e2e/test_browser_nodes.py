@@ -8,34 +8,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from nodes.choices import PartitionKind, SharingMode
 from nodes.models import Node
 from scheduler.models import Deployment, Placement
+from tests.e2e.accounts import PASSWORD, USERNAME, sign_in, sign_in_as_staff
 from tests.nodes.factories import make_node, make_partition
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-USERNAME = "root"
-PASSWORD = "a-long-test-password"
 
 
 @pytest.fixture
 def staff_user() -> User:
     return User.objects.create_superuser(USERNAME, "root@example.com", PASSWORD)
-
-
-VIEWER_NAME = "vera"
-
-
-@pytest.fixture
-def viewer_user() -> User:
-    """A plain viewer: not staff, so only the gpuplane sign-in page lets her in."""
-    user = User.objects.create_user(VIEWER_NAME, password=PASSWORD)
-    user.groups.add(Group.objects.get_or_create(name="viewer")[0])
-    return user
 
 
 @pytest.fixture
@@ -71,24 +58,6 @@ def demo_cluster() -> dict[str, Node]:
 
     l4 = make_node("l4-c", gpu_model="L4", gpu_count=1, gpu_memory_mib=23034, ready=False, cordoned=True)
     return {"mps": mps, "mig": mig, "l4": l4}
-
-
-def sign_in(page: Page, base_url: str, username: str = VIEWER_NAME) -> None:
-    """Sign in through gpuplane's own page, as a person would, landing on the overview."""
-    page.goto(f"{base_url}/accounts/login/")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url(f"{base_url}/")
-
-
-def sign_in_as_staff(page: Page, base_url: str) -> None:
-    """The Django admin's login page (staff only) gives a session the UI accepts too."""
-    page.goto(f"{base_url}/admin/login/")
-    page.get_by_label("Username").fill(USERNAME)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{base_url}/admin/")
 
 
 def test_a_viewer_signs_in_lists_nodes_and_opens_a_mig_node(

@@ -155,6 +155,6 @@ def _clean_redis(url: str, run_id: str) -> None:
     import redis
 
     client = redis.Redis.from_url(url)
-    keys = [key for key in client.scan_iter(match=f"*{run_id}*")]
+    keys = list(client.scan_iter(match=f"*{run_id}*"))
     if keys:
         client.delete(*keys)

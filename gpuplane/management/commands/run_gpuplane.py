@@ -29,10 +29,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser

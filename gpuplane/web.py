@@ -1,0 +1,55 @@
+"""Page helpers every app's server-rendered views share: the role gate and the list-page context.
+
+A base module: the apps (nodes, scheduler, lifecycle) may import it, and it imports nothing from
+them, so that app pages never depend on the project's own dashboard (gpuplane.views).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from gpuplane.roles import VIEWER, has_role
+
+if TYPE_CHECKING:
+    from django_filters import FilterSet
+
+
+class RoleRequiredMixin(LoginRequiredMixin):
+    """Pages for signed-in users who hold at least `required_role`.
+
+    Anonymous users are redirected to settings.LOGIN_URL with `?next=`; a signed-in user without
+    the role gets a 403 page that says which role is missing (not a login loop: signing in again
+    would not help them).
+    """
+
+    required_role: str = VIEWER
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.user.is_authenticated and not has_role(request.user, self.required_role):
+            return render(request, "registration/no_role.html", {"required_role": self.required_role}, status=403)
+        return super().dispatch(request, *args, **kwargs)
+
+
+def filter_list_context(request: HttpRequest, filterset: FilterSet) -> dict[str, Any]:
+    """The context templates/list_base.html reads on a filterable, paginated list page, beside the
+    ListView's own.
+
+    `filter`: the filterset, whose form the filter bar renders. `filtered`: whether any query
+    parameter other than `page` has a value (it shows "Clear" and picks the empty state's
+    wording). `querystring`: the request's query without `page`, so that page links keep the
+    filters. `item_name` and `item_name_plural`: the filtered model's verbose names ("node",
+    "nodes"), which word the heading, the count and the empty state, as in Django's admin.
+    """
+    query = request.GET.copy()
+    query.pop("page", None)
+    meta = filterset.queryset.model._meta
+    return {
+        "filter": filterset,
+        "filtered": any(value for key, value in request.GET.items() if key != "page"),
+        "querystring": query.urlencode(),
+        "item_name": str(meta.verbose_name),
+        "item_name_plural": str(meta.verbose_name_plural),
+    }
