@@ -79,22 +79,24 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from gpuplane.observability import PLACEMENT_DECISION_SECONDS
-from nodes.choices import PartitionKind
 from nodes.cluster.base import ClusterBackend, ClusterError, NotFound, get_cluster
 from nodes.contract import RESERVED_LABEL_KEYS, RESERVED_LABEL_PREFIX
-from nodes.models import GPU, SHARE_MILLI_FULL, Partition
+from nodes.models import GPU, Partition
+from nodes.vocabulary import MIB_PER_GB, SHARE_MILLI_FULL, PartitionKind
 from scheduler.adapters import InventorySnapshot, PartitionClaim, build_snapshot, namespace_quota, partition_claims
-from scheduler.choices import (
-    DecisionOutcome,
-    DeploymentStatus,
-    PlacementStatus,
+from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
+from scheduler.core import (
+    Outcome,
+    PlacementRequest,
     Priority,
+    ProfileError,
+    QuotaUsage,
+    Scheduler,
+    ScheduleResult,
     SharingRequest,
     WorkloadType,
+    build_profile,
 )
-from scheduler.core import Decision as CoreDecision
-from scheduler.core import NamespaceQuota as Quota
-from scheduler.core import Outcome, PlacementRequest, ProfileError, Scheduler, build_profile
 from scheduler.core.profiles import PROFILES
 from scheduler.models import Decision, Deployment, Placement
 from scheduler.workloads import group_placements, workload_specs
@@ -102,7 +104,6 @@ from scheduler.workloads import group_placements, workload_specs
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
-MIB_PER_GB = 1024  # the core's GB (scheduler/core/classify.py)
 MAX_MEMORY_GB = 4096
 MAX_GPU_COUNT = 16  # the largest GPU nodes have 16; a gang must fit on one node
 MAX_LATENCY_SLO_MS = 86_400_000
@@ -155,7 +156,7 @@ class NoCapacity(Exception):
     """Nothing fits (HTTP 409); nothing was stored.
 
     ``message`` reads like kube-scheduler's ("0/12 nodes are available: ..."); ``decision`` is the
-    core ``Decision.to_dict()`` of the replica that could not be placed, ``replica_index`` its index.
+    core ``ScheduleResult.to_dict()`` of the replica that could not be placed, ``replica_index`` its index.
     """
 
     def __init__(self, message: str, decision: dict[str, Any], replica_index: int = 0) -> None:
@@ -265,8 +266,8 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
         _check_int(errors, "latency_slo_ms", spec.latency_slo_ms, 1, MAX_LATENCY_SLO_MS)
     for name, choices in (("workload_type", WorkloadType), ("priority", Priority), ("sharing", SharingRequest)):
         value = getattr(spec, name)
-        if value not in choices.values:
-            errors[name].append(f"Choose one of: {', '.join(choices.values)}.")
+        if value not in choices.values():
+            errors[name].append(f"Choose one of: {', '.join(choices.values())}.")
     for name in ("enable_gpu_selection", "allow_default_scheduler"):
         if not isinstance(getattr(spec, name), bool):
             errors[name].append("Enter true or false.")
@@ -317,23 +318,23 @@ class ReplicaPlan:
 
     replica_index: int
     outcome: str
-    decision: CoreDecision
+    decision: ScheduleResult
     matrix: dict[str, Any]
     message: str
     duration_ms: float
     claims: list[PartitionClaim] = field(default_factory=list)
 
 
-def _request(spec: DeploySpec, replica_index: int, quota: Quota | None) -> PlacementRequest:
+def _request(spec: DeploySpec, replica_index: int, quota: QuotaUsage | None) -> PlacementRequest:
     return PlacementRequest(
         key=f"{spec.namespace}/{spec.name}#{replica_index}",
         memory_mib=spec.memory_mib,
         gpu_count=spec.gpu_count,
-        priority=spec.priority,  # type: ignore[arg-type]  # StrEnum values compare equal
+        priority=Priority(spec.priority),
         latency_slo_ms=spec.latency_slo_ms,
-        workload_type=spec.workload_type,  # type: ignore[arg-type]
+        workload_type=WorkloadType(spec.workload_type),
         namespace=spec.namespace,
-        sharing=spec.sharing,  # type: ignore[arg-type]
+        sharing=SharingRequest(spec.sharing),
         enable_gpu_selection=spec.enable_gpu_selection,
         # The fallback is the services' call (see the module docstring), not the core's.
         allow_default_scheduler=False,
@@ -341,7 +342,7 @@ def _request(spec: DeploySpec, replica_index: int, quota: Quota | None) -> Place
     )
 
 
-def _telemetry_rejections(decision: CoreDecision, scheduler: Scheduler) -> int:
+def _telemetry_rejections(decision: ScheduleResult, scheduler: Scheduler) -> int:
     """Nodes turned away by telemetry alone (they passed every capacity filter before it)."""
     reasons = {reason for plugin in scheduler.profile.filters if plugin.NAME in TELEMETRY_FILTERS
                for reason in plugin.reasons}
@@ -349,14 +350,14 @@ def _telemetry_rejections(decision: CoreDecision, scheduler: Scheduler) -> int:
 
 
 def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler, *,
-           quota: Quota | None = None) -> list[ReplicaPlan]:
+           quota: QuotaUsage | None = None) -> list[ReplicaPlan]:
     """Decide every replica on ``inventory`` (each sees the ones before it); raise ``NoCapacity``.
 
     ``quota`` is the namespace's quota and use (``adapters.namespace_quota``), None for none;
     each replica is checked against it with the replicas before it counted as used. A namespace
     with a quota is never handed to the default scheduler, neither for busy nodes nor with
     selection disabled (``NoCapacity``): what that scheduler gives is not charged to the quota
-    (see "Namespace quotas"). Each plan's ``matrix`` is the core's ``Decision.to_dict()`` plus
+    (see "Namespace quotas"). Each plan's ``matrix`` is the core's ``ScheduleResult.to_dict()`` plus
     ``plugins``, the score plugins in profile order (a stored ``weights`` object loses its key
     order on PostgreSQL). Observes each decision's duration into ``PLACEMENT_DECISION_SECONDS``.
     """

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind
 from scheduler.core.classify import Classification
 from scheduler.core.snapshot import KIND_ID, ClusterSnapshot, first_set_byte, pick, row_words
-from scheduler.core.types import SHARE_MILLI_FULL, PartitionKind
 
 # Why a node does not fit (GPUMemoryFit's reason codes).
 FITS = 0

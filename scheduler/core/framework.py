@@ -25,19 +25,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from nodes.vocabulary import SHARE_MILLI_FULL
 from scheduler.core.assignment import assign
 from scheduler.core.classify import DEFAULT_CLASSIFICATION, ClassificationSettings, classify
-from scheduler.core.decision import Decision, Outcome, ScoreMatrix
+from scheduler.core.decision import Outcome, ScheduleResult, ScoreMatrix
 from scheduler.core.diagnosis import Diagnosis
 from scheduler.core.fit import FitTable, Need, evaluate_fit
 from scheduler.core.snapshot import ClusterSnapshot
-from scheduler.core.types import (
-    REQUEST_KINDS,
-    SHARE_MILLI_FULL,
-    Assignment,
-    PlacementRequest,
-    SharingRequest,
-)
+from scheduler.core.types import REQUEST_KINDS, Assignment, PlacementRequest, SharingRequest
 
 MAX_SCORE = 100
 WEIGHT_SCALE = 1000  # weights are kept as integer thousandths so totals are exact integers
@@ -233,7 +228,7 @@ class Scheduler:
         self._weights = tuple(weight for _plugin, weight in profile.scores)
         self._plugin_names = tuple(plugin.NAME for plugin, _weight in profile.scores)
 
-    def schedule(self, request: PlacementRequest, snapshot: ClusterSnapshot, *, reserve: bool = True) -> Decision:
+    def schedule(self, request: PlacementRequest, snapshot: ClusterSnapshot, *, reserve: bool = True) -> ScheduleResult:
         """One cycle: classify, pre-filter, filter, score, choose, assign and (by default) reserve.
 
         With ``reserve=True`` the assignment is applied to ``snapshot`` through the Reserve
@@ -243,7 +238,7 @@ class Scheduler:
         total_nodes = len(snapshot)
         if not request.enable_gpu_selection:
             diagnosis = Diagnosis(total_nodes, total_nodes, {})
-            return Decision.without_selection(request, profile, diagnosis)
+            return ScheduleResult.without_selection(request, profile, diagnosis)
         need = build_need(request, profile.classification)
         state = CycleState(request, need, snapshot)
 
@@ -287,8 +282,8 @@ class Scheduler:
                 if not status.ok:
                     # Another writer took the capacity: try the next best node, like a retry.
                     continue
-            return Decision.placed(request, profile, need, diagnosis, matrix, examples, assignment, attempt,
-                                   snapshot.names)
+            return ScheduleResult.placed(request, profile, need, diagnosis, matrix, examples, assignment, attempt,
+                                         snapshot.names)
         return self._no_fit(state, Diagnosis(total_nodes, 0, {**counts, "capacity changed during reserve": len(nodes)}),
                             examples, None)
 
@@ -370,12 +365,12 @@ class Scheduler:
         return SUCCESS
 
     def _no_fit(self, state: CycleState, diagnosis: Diagnosis, examples: list[tuple[int, str, str]],
-                status: Status | None) -> Decision:
+                status: Status | None) -> ScheduleResult:
         """No node qualifies: hand over to the default scheduler if allowed, else unschedulable."""
         idle = self.idle_gpus(state.snapshot)
         outcome = Outcome.DEFAULT_SCHEDULER if state.request.allow_default_scheduler else Outcome.UNSCHEDULABLE
-        return Decision.not_placed(state.request, self.profile, state.need, diagnosis, examples, outcome,
-                                   idle_gpus=idle, pre_filter=status, names=state.snapshot.names)
+        return ScheduleResult.not_placed(state.request, self.profile, state.need, diagnosis, examples, outcome,
+                                         idle_gpus=idle, pre_filter=status, names=state.snapshot.names)
 
     def idle_gpus(self, snapshot: ClusterSnapshot) -> int:
         """GPUs idle by the fallback rule on ready, schedulable nodes (seed 004).

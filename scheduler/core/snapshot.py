@@ -46,15 +46,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from nodes.catalog import CATALOG
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode, Taint
 from scheduler.core.types import (
-    SHARE_MILLI_FULL,
     Assignment,
     GPUState,
     NodeState,
-    PartitionKind,
     PartitionState,
-    SharingMode,
-    Taint,
     gpu_family,
     mig_share_milli,
     slot_share_milli,

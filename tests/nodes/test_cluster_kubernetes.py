@@ -14,17 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from nodes.cluster.base import (
-    ClusterBackend,
-    ClusterError,
-    EvictionBlocked,
-    NotFound,
-    Taint,
-    WorkloadSpec,
-    get_cluster,
-)
+from nodes.cluster.base import ClusterBackend, ClusterError, EvictionBlocked, NotFound, WorkloadSpec, get_cluster
 from nodes.cluster.kubernetes import KubernetesCluster
 from nodes.cluster.manifests import deployment_manifest
+from nodes.vocabulary import Taint
 from tests.nodes import k8s_fake_server as k8s
 from tests.nodes.k8s_fake_server import FakeKubeAPI, Reply
 

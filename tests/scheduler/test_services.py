@@ -5,11 +5,11 @@ import pytest
 from django.core.exceptions import ValidationError
 from prometheus_client import REGISTRY
 
-from nodes.choices import PartitionKind
 from nodes.cluster.base import ClusterError
 from nodes.cluster.manifests import pinned_node
 from nodes.models import GPU, Partition
 from nodes.services import sync_inventory
+from nodes.vocabulary import PartitionKind
 from scheduler import services, workloads
 from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
 from scheduler.models import Decision, Deployment, Placement

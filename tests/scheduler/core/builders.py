@@ -21,16 +21,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from scheduler.core import (
-    ClusterSnapshot,
-    NodeState,
-    PartitionKind,
-    PartitionState,
-    PlacementRequest,
-    SharingMode,
-    Taint,
-    new_gpus,
-)
+from nodes.vocabulary import PartitionKind, SharingMode, Taint
+from scheduler.core import ClusterSnapshot, NodeState, PartitionState, PlacementRequest, new_gpus
 from scheduler.core.framework import CycleState, FilterPlugin, PreFilterPlugin, ScorePlugin, build_need
 
 H100 = "H100-SXM5-80GB"

@@ -6,12 +6,12 @@ import json
 import numpy as np
 import pytest
 
+from nodes.vocabulary import SharingMode
 from scheduler.core import (
     PROFILES,
     ClusterSnapshot,
     Outcome,
     ProfileError,
-    SharingMode,
     SharingRequest,
     build_profile,
     get_profile,
