@@ -14,7 +14,8 @@ from scheduler.core.decision import NodeVerdict, Outcome, PluginScore, ScheduleR
 from scheduler.core.diagnosis import Diagnosis
 from scheduler.core.framework import Profile, Scheduler, build_need
 from scheduler.core.profiles import PROFILES, ProfileError, build_profile, get_profile, scheduler_for
-from scheduler.core.snapshot import CapacityError, ClusterSnapshot
+from scheduler.core.reservation import CapacityError
+from scheduler.core.snapshot import ClusterSnapshot
 from scheduler.core.types import (
     Assignment,
     GPUState,

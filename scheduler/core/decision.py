@@ -17,7 +17,8 @@ import numpy as np
 
 from scheduler.core.classify import Classification
 from scheduler.core.diagnosis import Diagnosis
-from scheduler.core.snapshot import MODES, ClusterSnapshot
+from scheduler.core.node_columns import MODES
+from scheduler.core.snapshot import ClusterSnapshot
 from scheduler.core.types import Assignment, PlacementRequest
 
 if TYPE_CHECKING:  # imported for annotations only: framework imports this module

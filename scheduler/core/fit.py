@@ -31,7 +31,9 @@ import numpy as np
 
 from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind
 from scheduler.core.classify import Classification
-from scheduler.core.snapshot import KIND_ID, ClusterSnapshot, first_set_byte, pick, row_words
+from scheduler.core.node_columns import KIND_ID
+from scheduler.core.packed_rows import first_set_byte, pick, row_words
+from scheduler.core.snapshot import ClusterSnapshot
 
 # Why a node does not fit (GPUMemoryFit's reason codes).
 FITS = 0
@@ -128,8 +130,8 @@ def evaluate_fit(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> Fi
     share_ok = snapshot.offer_share_milli >= need.share_milli
     if need.kinds != _ALL_KINDS:
         allowed = np.zeros(len(KIND_ID) + 1, dtype=np.bool_)  # index kind + 1; -1 = no offer
-        for kind in need.kinds:
-            allowed[KIND_ID[kind] + 1] = True
+        for accepted in need.kinds:
+            allowed[KIND_ID[accepted] + 1] = True
         share_ok &= allowed[snapshot.offer_kind + 1]
     usable = share_ok & (snapshot.offer_memory_mib >= need.memory_mib)
     if usable.shape[1] == 8:

@@ -12,8 +12,8 @@ from scheduler.core import ClusterSnapshot, NodeState, Outcome, SharingRequest, 
 from scheduler.core.assignment import assign
 from scheduler.core.fit import chosen_gpus, evaluate_fit
 from scheduler.core.framework import CycleState, build_need
+from scheduler.core.node_columns import KINDS
 from scheduler.core.plugins.fragmentation_gradient import FragmentationGradient, fragmentation
-from scheduler.core.snapshot import KINDS
 from scheduler.core.types import PlacementRequest
 from tests.scheduler.core.builders import GIB, occupy
 
