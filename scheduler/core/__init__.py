@@ -10,9 +10,11 @@ Typical use (the services build the snapshot from the database through ``schedul
 The node words (``SharingMode``, ``PartitionKind``, ``Taint``) come from ``nodes.vocabulary``.
 """
 from scheduler.core.classify import Classification, ClassificationSettings, WorkloadClass, classify
+from scheduler.core.cycle import Scheduler
 from scheduler.core.decision import NodeVerdict, Outcome, PluginScore, ScheduleResult
 from scheduler.core.diagnosis import Diagnosis
-from scheduler.core.framework import Profile, Scheduler, build_need
+from scheduler.core.fit import build_need
+from scheduler.core.framework import Profile
 from scheduler.core.profiles import PROFILES, ProfileError, build_profile, get_profile, scheduler_for
 from scheduler.core.reservation import CapacityError
 from scheduler.core.snapshot import ClusterSnapshot

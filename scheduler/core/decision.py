@@ -11,19 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from scheduler.core.classify import Classification
 from scheduler.core.diagnosis import Diagnosis
+from scheduler.core.fit import Need
+from scheduler.core.framework import Profile, Status
 from scheduler.core.node_columns import MODES
 from scheduler.core.snapshot import ClusterSnapshot
 from scheduler.core.types import Assignment, PlacementRequest
-
-if TYPE_CHECKING:  # imported for annotations only: framework imports this module
-    from scheduler.core.fit import Need
-    from scheduler.core.framework import Profile, Status
 
 
 class Outcome(StrEnum):

@@ -6,7 +6,8 @@ import pytest
 
 from nodes.vocabulary import PartitionKind, SharingMode, Taint
 from scheduler.core import ClusterSnapshot, NodeState, QuotaUsage, SharingRequest, Toleration, new_gpus
-from scheduler.core.framework import CycleState, build_need
+from scheduler.core.fit import build_need
+from scheduler.core.framework import CycleState
 from scheduler.core.plugins import (
     CapabilityMatch,
     GangFit,

@@ -17,13 +17,13 @@ from scheduler.core import (
     get_profile,
     scheduler_for,
 )
+from scheduler.core.cycle import Scheduler
 from scheduler.core.framework import (
     SUCCESS,
     Code,
     CycleState,
     Profile,
     ReservePlugin,
-    Scheduler,
     ScorePlugin,
     ScoreRangeError,
     Status,

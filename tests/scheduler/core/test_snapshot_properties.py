@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
 from scheduler.core import ClusterSnapshot, NodeState, Outcome, SharingRequest, new_gpus, scheduler_for
 from scheduler.core.assignment import assign
-from scheduler.core.fit import chosen_gpus, evaluate_fit
-from scheduler.core.framework import CycleState, build_need
+from scheduler.core.fit import build_need, chosen_gpus, evaluate_fit
+from scheduler.core.framework import CycleState
 from scheduler.core.node_columns import KINDS
 from scheduler.core.plugins.fragmentation_gradient import FragmentationGradient, fragmentation
 from scheduler.core.types import PlacementRequest
