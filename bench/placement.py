@@ -36,17 +36,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from nodes.catalog import find_model  # noqa: E402
+from nodes.vocabulary import PartitionKind, SharingMode, Taint  # noqa: E402
 from scheduler.core import (  # noqa: E402
     ClusterSnapshot,
     NodeState,
     Outcome,
-    PartitionKind,
     PartitionState,
     PlacementRequest,
     Priority,
-    SharingMode,
     SharingRequest,
-    Taint,
     Toleration,
     WorkloadType,
     new_gpus,

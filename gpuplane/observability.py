@@ -35,9 +35,9 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from nodes.choices import SharingMode
 from nodes.models import GPU, Node
 from nodes.summaries import summarize_node
+from nodes.vocabulary import SharingMode
 
 # --- Process metrics ---------------------------------------------------------------------------
 # Declared once, here, so that every module observes into the same objects. Later features add
@@ -88,7 +88,7 @@ class InventoryCollector(Collector):
         by_mode = GaugeMetricFamily("gpuplane_gpus", "GPUs known to gpuplane, by their node's sharing mode.", labels=["sharing_mode"])
         mode_counts = Tally(nodes[gpu.node_id].sharing_mode for gpu in gpus)
         # Every mode always has a series (0 included), so dashboards do not show "no data".
-        for mode in [*SharingMode.values, *sorted(set(mode_counts) - set(SharingMode.values))]:
+        for mode in [*SharingMode.values(), *sorted(set(mode_counts) - set(SharingMode.values()))]:
             by_mode.add_metric([mode], mode_counts.get(mode, 0))
         yield by_mode
 

@@ -13,9 +13,9 @@ from django.db.models import Avg, Count, Q
 from django.views.generic import TemplateView
 
 from gpuplane.web import RoleRequiredMixin
-from nodes.choices import SharingMode
 from nodes.models import GPU, Node, Partition
 from nodes.summaries import cluster_heatmap
+from nodes.vocabulary import SharingMode
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class OverviewView(RoleRequiredMixin, TemplateView):
             mean_utilization_pct=Avg("utilization_pct"),
         )
         by_model = GPU.objects.values("model").annotate(n=Count("id")).order_by("-n", "model")
-        mode_labels = dict(SharingMode.choices)
+        mode_labels = dict(SharingMode.choices())
         by_mode = GPU.objects.values("node__sharing_mode").annotate(n=Count("id")).order_by("-n", "node__sharing_mode")
         free = Q(placement__isnull=True, pod="")
         partitions = Partition.objects.aggregate(total=Count("id"), free=Count("id", filter=free))

@@ -19,8 +19,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import ProhibitNullCharactersValidator
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
-from nodes.choices import PartitionKind, SharingMode
 from nodes.models import GPU, Node, Partition
+from nodes.vocabulary import PartitionKind, SharingMode
 
 # Largest value a PositiveIntegerField column holds on every supported database; a bigger
 # filter value is refused before SQLite raises OverflowError on it.
@@ -124,7 +124,7 @@ class NodeFilterSet(django_filters.FilterSet):
         choices=_distinct_values(Node, "gpu_model"), label="GPU model", help_text="Catalog GPU model (exact)."
     )
     sharing_mode = django_filters.MultipleChoiceFilter(
-        choices=SharingMode.choices, distinct=False, label="Sharing mode"
+        choices=SharingMode.choices(), distinct=False, label="Sharing mode"
     )
     ready = StrictBooleanFilter(label="Ready")
     cordoned = StrictBooleanFilter(label="Cordoned")
@@ -190,7 +190,7 @@ class PartitionFilterSet(django_filters.FilterSet):
         field_name="gpu__node__name", choices=_distinct_values(Node, "name"), label="Node", help_text="Node name."
     )
     gpu = MultiValueCharFilter(field_name="gpu__uuid", label="GPU", help_text="GPU UUID.")
-    kind = django_filters.MultipleChoiceFilter(choices=PartitionKind.choices, distinct=False, label="Kind")
+    kind = django_filters.MultipleChoiceFilter(choices=PartitionKind.choices(), distinct=False, label="Kind")
     mig_profile = MultiValueCharFilter(
         choices=_distinct_values(Partition, "mig_profile"), label="MIG profile", help_text="e.g. 3g.40gb"
     )

@@ -9,9 +9,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.urls import reverse
 
-from nodes.choices import PartitionKind, SharingMode
-
-SHARE_MILLI_FULL = 1000
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
 
 
 class Node(models.Model):

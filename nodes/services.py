@@ -28,7 +28,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from nodes.catalog import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, GPUModel, UnknownGPUProduct, lookup_product
-from nodes.choices import PartitionKind, SharingMode
 from nodes.cluster.base import ClusterBackend, ClusterNode, ClusterPod, GPUDevice, MIGDevice, get_cluster
 from nodes.contract import (
     ANNOTATION_ASSIGNED_GPUS,
@@ -50,7 +49,8 @@ from nodes.contract import (
     STRATEGY_MPS,
     STRATEGY_TIME_SLICING,
 )
-from nodes.models import GPU, SHARE_MILLI_FULL, Node, Partition
+from nodes.models import GPU, Node, Partition
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
 
 logger = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from django.views.generic import DetailView, ListView, TemplateView
 from gpuplane.web import RoleRequiredMixin, filter_list_context
 from nodes.api.series import DEFAULT_RANGE, RANGES
 from nodes.catalog import MIG_MEMORY_SLICES
-from nodes.choices import SharingMode
 from nodes.filtersets import NodeFilterSet
-from nodes.models import GPU, SHARE_MILLI_FULL, Node, Partition
+from nodes.models import GPU, Node, Partition
 from nodes.summaries import memory_used_pct
+from nodes.vocabulary import SHARE_MILLI_FULL, SharingMode
 
 # Modes where the node advertises R replicas per GPU, so R belongs in the label.
 _REPLICATED_MODES: frozenset[str] = frozenset({SharingMode.MPS, SharingMode.MPS_WEIGHTED, SharingMode.TIMESLICE})

@@ -4,7 +4,7 @@
 ``ClusterSnapshot`` together with an index from (node, GPU, slot) back to row ids;
 ``partition_claims`` maps a core ``Assignment`` onto the Partition rows the services must claim
 (or, for weighted MPS, create); ``namespace_quota`` reads a namespace's quota and what its
-deployments hold as the core's ``NamespaceQuota``. Nothing here writes to the database.
+deployments hold as the core's ``QuotaUsage``. Nothing here writes to the database.
 
 How rows become core partitions (the core's convention is in ``scheduler.core.types``):
 
@@ -27,22 +27,11 @@ from typing import Any
 
 from django.db.models import Sum
 
-from nodes.choices import PartitionKind as RowKind
 from nodes.models import GPU, Node, Partition
+from nodes.vocabulary import PartitionKind, SharingMode, Taint
 from scheduler.choices import DeploymentStatus, PlacementStatus
-from scheduler.core import (
-    Assignment,
-    ClusterSnapshot,
-    GPUState,
-    NamespaceQuota,
-    NodeState,
-    PartitionKind,
-    PartitionState,
-    SharingMode,
-    Taint,
-)
-from scheduler.models import NamespaceQuota as QuotaRow
-from scheduler.models import Placement
+from scheduler.core import Assignment, ClusterSnapshot, GPUState, NodeState, PartitionState, QuotaUsage
+from scheduler.models import NamespaceQuota, Placement
 
 # Occupant names in the snapshot: "placement:<id>" for gpuplane's own, "namespace/pod" for pods.
 PLACEMENT_OCCUPANT = "placement:{id}"
@@ -194,7 +183,7 @@ def _fill_partitions(gpu: GPUState, node: str, mode: SharingMode, replicas: int,
     """Turn one GPU's rows into core partitions and index its free rows (see the module docstring)."""
     if gpu.mig_enabled:
         for pk, _gpu, kind, slot, share, memory, profile, start, size, placement_id, pod, _pmem in rows:
-            if kind != RowKind.MIG:
+            if kind != PartitionKind.MIG:
                 continue  # only instances can be handed out on a MIG-enabled GPU
             occupant = _occupant(placement_id, pod)
             gpu.partitions.append(PartitionState(kind=PartitionKind.MIG, slot=slot, share_milli=share,
@@ -214,7 +203,7 @@ def _fill_partitions(gpu: GPUState, node: str, mode: SharingMode, replicas: int,
             continue
         state = PartitionState(kind=PartitionKind(kind), slot=slot, share_milli=share, memory_mib=memory,
                                occupant=occupant)
-        if kind == RowKind.TIMESLICE:
+        if kind == PartitionKind.TIMESLICE:
             if placement_id is not None:
                 state.memory_mib = placement_memory or 0
             else:
@@ -235,15 +224,15 @@ def _fill_partitions(gpu: GPUState, node: str, mode: SharingMode, replicas: int,
 
     # Placeholders where the core would see capacity that no free row backs.
     if mode in _WHOLE_MODES:
-        backed = 1 if free_by_kind.get(RowKind.EXCLUSIVE) else 0
+        backed = 1 if free_by_kind.get(PartitionKind.EXCLUSIVE) else 0
         missing = 0 if occupied else 1 - backed
     elif mode in _SLOT_KINDS:
-        backed = len(free_by_kind.get(str(_SLOT_KINDS[mode]), []))
+        backed = len(free_by_kind.get(_SLOT_KINDS[mode], []))
         missing = max(replicas - len(occupied) - backed, 0)
     else:  # weighted shares are rows created on demand: nothing to back
         missing = 0
     for position in range(missing):
-        gpu.partitions.append(PartitionState(kind=PartitionKind(str(_SLOT_KINDS.get(mode, PartitionKind.EXCLUSIVE))),
+        gpu.partitions.append(PartitionState(kind=_SLOT_KINDS.get(mode, PartitionKind.EXCLUSIVE),
                                              slot=1000 + position, share_milli=0, memory_mib=0,
                                              occupant=PLACEHOLDER_OCCUPANT))
 
@@ -277,7 +266,7 @@ def partition_claims(assignment: Assignment, index: SnapshotIndex) -> list[Parti
     return claims
 
 
-def namespace_quota(namespace: str) -> NamespaceQuota | None:
+def namespace_quota(namespace: str) -> QuotaUsage | None:
     """The namespace's quota and its use now, as the core takes it; None when it has no quota.
 
     Used amounts are summed over what the namespace's deployments hold: ``gpu_milli_used`` the
@@ -286,7 +275,7 @@ def namespace_quota(namespace: str) -> NamespaceQuota | None:
     a request its ``memory_mib``, so both sides count the same thing). Reads whatever the
     current transaction sees; the services re-read it under the placement lock to enforce it.
     """
-    row = QuotaRow.objects.filter(namespace=namespace).values_list("max_gpu_milli", "max_memory_mib").first()
+    row = NamespaceQuota.objects.filter(namespace=namespace).values_list("max_gpu_milli", "max_memory_mib").first()
     if row is None:
         return None
     gpu_milli_limit, memory_mib_limit = row
@@ -298,8 +287,8 @@ def namespace_quota(namespace: str) -> NamespaceQuota | None:
         status__in=(PlacementStatus.RESERVED, PlacementStatus.BINDING, PlacementStatus.RUNNING),
         node__isnull=False,
     ).aggregate(total=Sum("deployment__memory_mib"))["total"] or 0
-    return NamespaceQuota(gpu_milli_limit=gpu_milli_limit, gpu_milli_used=gpu_milli_used,
-                          memory_mib_limit=memory_mib_limit, memory_mib_used=memory_mib_used)
+    return QuotaUsage(gpu_milli_limit=gpu_milli_limit, gpu_milli_used=gpu_milli_used,
+                      memory_mib_limit=memory_mib_limit, memory_mib_used=memory_mib_used)
 
 
 __all__ = [

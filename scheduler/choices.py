@@ -1,27 +1,5 @@
+"""Statuses only the Django side keeps (the request words are ``scheduler.core.types`` enums)."""
 from django.db import models
-
-
-class WorkloadType(models.TextChoices):
-    INFERENCE = "inference", "Inference"
-    SERVING = "serving", "Serving"
-    TRAINING = "training", "Training"
-    DEVELOPMENT = "development", "Development"
-    BATCH = "batch", "Batch"
-
-
-class Priority(models.TextChoices):
-    HIGH = "high", "High"
-    MEDIUM = "medium", "Medium"
-    LOW = "low", "Low"
-
-
-class SharingRequest(models.TextChoices):
-    AUTO = "auto", "Automatic"
-    EXCLUSIVE = "exclusive", "Exclusive"
-    MIG = "mig", "MIG"
-    MPS = "mps", "MPS (uniform)"
-    MPS_WEIGHTED = "mps-weighted", "MPS (weighted)"
-    TIMESLICE = "timeslice", "Time-slicing"
 
 
 class DeploymentStatus(models.TextChoices):

@@ -15,7 +15,8 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from scheduler import services
-from scheduler.choices import DeploymentStatus, Priority, SharingRequest, WorkloadType
+from scheduler.choices import DeploymentStatus
+from scheduler.core import Priority, SharingRequest, WorkloadType
 from scheduler.models import Deployment
 
 # What each sharing request really gets (DESIGN.md section 4), shown next to its radio button.
@@ -112,9 +113,9 @@ class DeployForm(forms.Form):
         initial=1, help_text="Each replica gets its own decision; all are reserved together or none.",
         widget=forms.NumberInput(attrs={"min": 1}),
     )
-    workload_type = forms.ChoiceField(choices=WorkloadType.choices, initial=WorkloadType.INFERENCE, label="Workload type")
+    workload_type = forms.ChoiceField(choices=WorkloadType.choices(), initial=WorkloadType.INFERENCE, label="Workload type")
     priority = forms.ChoiceField(
-        choices=Priority.choices, initial=Priority.MEDIUM,
+        choices=Priority.choices(), initial=Priority.MEDIUM,
         help_text="High priority prefers powerful GPUs; low priority prefers efficient ones.",
     )
     latency_slo_ms = forms.IntegerField(
@@ -130,7 +131,7 @@ class DeployForm(forms.Form):
         help_text="Kubernetes labels for the workloads, one key=value a line.",
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "placeholder": "team=search\ntier=canary"}),
     )
-    sharing = forms.ChoiceField(choices=SharingRequest.choices, initial=SharingRequest.AUTO, widget=forms.RadioSelect)
+    sharing = forms.ChoiceField(choices=SharingRequest.choices(), initial=SharingRequest.AUTO, widget=forms.RadioSelect)
     enable_gpu_selection = forms.BooleanField(
         label="Let gpuplane choose the node and GPUs", required=False, initial=True,
         help_text="Off: the workload goes to the default Kubernetes scheduler without GPU selection.",

@@ -14,14 +14,8 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
-from scheduler.choices import (
-    DecisionOutcome,
-    DeploymentStatus,
-    PlacementStatus,
-    Priority,
-    SharingRequest,
-    WorkloadType,
-)
+from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
+from scheduler.core import Priority, SharingRequest, WorkloadType
 
 
 class Deployment(models.Model):
@@ -111,7 +105,7 @@ class PartitionHold(models.Model):
 
 
 class Decision(models.Model):
-    """The decision matrix of one replica: ``matrix`` is the core's ``Decision.to_dict()``.
+    """The decision matrix of one replica: ``matrix`` is the core's ``ScheduleResult.to_dict()``.
 
     Bounded on large clusters (the profile's top_k scored nodes, a few rejected examples and a
     count per rejection reason). ``node`` is the chosen node, None when nothing was chosen.

@@ -26,12 +26,12 @@ from gpuplane.roles import OPERATOR, has_role
 from gpuplane.web import RoleRequiredMixin, filter_list_context
 from nodes.cluster.base import ClusterError
 from nodes.models import Node
+from nodes.vocabulary import MIB_PER_GB
 from scheduler import services
 from scheduler.choices import DeploymentStatus
 from scheduler.forms import DeployForm, DeploymentFilterSet
 from scheduler.models import Decision, Deployment, Placement
 
-MIB_PER_GB = 1024  # the placement core's GB (scheduler/core/classify.py), so pages and reasons agree
 CHART_TOP_NODES = 10  # bars in the score chart; the table below it has every kept row
 
 # Badge modifier per deployment status; every badge also carries the status in words.
@@ -103,7 +103,7 @@ class MatrixRow:
 
 @dataclass(frozen=True)
 class MatrixTable:
-    """A stored decision (core `Decision.to_dict()`) laid out for the page.
+    """A stored decision (core `ScheduleResult.to_dict()`) laid out for the page.
 
     `hidden_feasible` counts feasible nodes scored but not kept (below the profile's top_k);
     `hidden_rejected` counts, per reason, rejected nodes with no example row, so that kept rows
@@ -146,7 +146,7 @@ class MatrixTable:
 
 
 def matrix_table(matrix: Mapping[str, Any], node_urls: Mapping[str, str]) -> MatrixTable:
-    """Lay out a stored decision matrix (core `Decision.to_dict()` shape) for the page.
+    """Lay out a stored decision matrix (core `ScheduleResult.to_dict()` shape) for the page.
 
     Plugin columns go by weight, heaviest first (ties by name): stored JSON need not keep key
     order (PostgreSQL's jsonb does not). A row's scores are matched to columns by plugin name, so

@@ -25,7 +25,6 @@ from typing import Any
 import yaml
 from django.conf import settings
 
-from nodes.choices import PartitionKind
 from nodes.cluster.base import WorkloadSpec
 from nodes.contract import (
     ANNOTATION_ASSIGNED_GPUS,
@@ -41,6 +40,7 @@ from nodes.contract import (
     PRIORITY_CLASS_PREFIX,
     RESOURCE_GPU,
 )
+from nodes.vocabulary import PartitionKind
 from scheduler.models import Deployment, Placement
 
 SHARING_DEFAULT_SCHEDULER = "default-scheduler"

@@ -11,8 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from nodes.models import GPU, Node, Partition
-
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+from nodes.vocabulary import TAINT_EFFECTS
 
 
 def with_usage(nodes: QuerySet[Node]) -> QuerySet[Node]:

@@ -11,7 +11,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from nodes.cluster.base import ClusterError, ClusterNode, ClusterPod, GPUDevice, MIGDevice, Taint
+from nodes.cluster.base import ClusterError, ClusterNode, ClusterPod, GPUDevice, MIGDevice
 from nodes.contract import (
     ANNOTATION_GPU_UUIDS,
     ANNOTATION_MIG_LAYOUT,
@@ -21,6 +21,7 @@ from nodes.contract import (
     RESOURCE_GPU,
     RESOURCE_MIG_PREFIX,
 )
+from nodes.vocabulary import Taint
 
 _SUFFIXES = {
     "m": Decimal("0.001"),

@@ -35,7 +35,8 @@ from django.db.models import Q
 
 from nodes.catalog import CATALOG
 from nodes.collectors.base import GPUReading, MIGInstanceReading
-from nodes.models import GPU, SHARE_MILLI_FULL, Partition
+from nodes.models import GPU, Partition
+from nodes.vocabulary import SHARE_MILLI_FULL
 
 DEFAULT_TDP_W = 300
 AMBIENT_C = 28.0

@@ -14,11 +14,11 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
+from nodes.vocabulary import MIB_PER_GB
 from scheduler import services
-from scheduler.choices import DecisionOutcome, Priority, SharingRequest, WorkloadType
+from scheduler.choices import DecisionOutcome
+from scheduler.core import Priority, SharingRequest, WorkloadType
 from scheduler.models import Decision, Deployment, Placement
-
-MIB_PER_GB = services.MIB_PER_GB
 
 
 class StrictStringField(serializers.CharField):
@@ -65,12 +65,12 @@ class DeploymentCreateSerializer(serializers.Serializer):
     memory_gb = StrictFloatField(help_text="GPU memory one replica needs, in GB (1 GB = 1024 MiB)")
     gpu_count = StrictIntegerField(default=1, help_text="GPUs per replica (tensor-parallel size), on one node")
     replicas = StrictIntegerField(default=1)
-    workload_type = serializers.ChoiceField(choices=WorkloadType.choices, default=WorkloadType.INFERENCE)
-    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.MEDIUM)
+    workload_type = serializers.ChoiceField(choices=WorkloadType.choices(), default=WorkloadType.INFERENCE)
+    priority = serializers.ChoiceField(choices=Priority.choices(), default=Priority.MEDIUM)
     latency_slo_ms = StrictIntegerField(required=False, allow_null=True, default=None)
     namespace = StrictStringField(max_length=63, default="default")
     labels = LabelsField(required=False, default=dict)
-    sharing = serializers.ChoiceField(choices=SharingRequest.choices, default=SharingRequest.AUTO)
+    sharing = serializers.ChoiceField(choices=SharingRequest.choices(), default=SharingRequest.AUTO)
     enable_gpu_selection = serializers.BooleanField(
         default=True, help_text="false: hand every replica to the default Kubernetes scheduler"
     )
@@ -140,7 +140,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
 
 class DecisionSerializer(serializers.ModelSerializer):
-    """One replica's stored decision; ``matrix`` is the placement core's ``Decision.to_dict()``."""
+    """One replica's stored decision; ``matrix`` is the placement core's ``ScheduleResult.to_dict()``."""
 
     node = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     outcome = serializers.ChoiceField(choices=DecisionOutcome.choices)

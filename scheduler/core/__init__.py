@@ -4,28 +4,30 @@ Typical use (the services build the snapshot from the database through ``schedul
 
     from scheduler.core import ClusterSnapshot, PlacementRequest, scheduler_for
 
-    decision = scheduler_for("balanced").schedule(PlacementRequest(key="ns/app#0", memory_mib=8192), snapshot)
-    decision.outcome, decision.node, decision.assignment, decision.to_dict()
+    result = scheduler_for("balanced").schedule(PlacementRequest(key="ns/app#0", memory_mib=8192), snapshot)
+    result.outcome, result.node, result.assignment, result.to_dict()
+
+The node words (``SharingMode``, ``PartitionKind``, ``Taint``) come from ``nodes.vocabulary``.
 """
 from scheduler.core.classify import Classification, ClassificationSettings, WorkloadClass, classify
-from scheduler.core.decision import Decision, NodeVerdict, Outcome, PluginScore
+from scheduler.core.cycle import Scheduler
+from scheduler.core.decision import NodeVerdict, Outcome, PluginScore, ScheduleResult
 from scheduler.core.diagnosis import Diagnosis
-from scheduler.core.framework import Profile, Scheduler, build_need
+from scheduler.core.fit import build_need
+from scheduler.core.framework import Profile
 from scheduler.core.profiles import PROFILES, ProfileError, build_profile, get_profile, scheduler_for
-from scheduler.core.snapshot import CapacityError, ClusterSnapshot
+from scheduler.core.reservation import CapacityError
+from scheduler.core.snapshot import ClusterSnapshot
 from scheduler.core.types import (
     Assignment,
     GPUState,
-    NamespaceQuota,
     NodeState,
     PartitionGrant,
-    PartitionKind,
     PartitionState,
     PlacementRequest,
     Priority,
-    SharingMode,
+    QuotaUsage,
     SharingRequest,
-    Taint,
     Toleration,
     WorkloadType,
     new_gpus,
@@ -38,25 +40,22 @@ __all__ = [
     "Classification",
     "ClassificationSettings",
     "ClusterSnapshot",
-    "Decision",
     "Diagnosis",
     "GPUState",
-    "NamespaceQuota",
     "NodeState",
     "NodeVerdict",
     "Outcome",
     "PartitionGrant",
-    "PartitionKind",
     "PartitionState",
     "PlacementRequest",
     "PluginScore",
     "Priority",
     "Profile",
     "ProfileError",
+    "QuotaUsage",
+    "ScheduleResult",
     "Scheduler",
-    "SharingMode",
     "SharingRequest",
-    "Taint",
     "Toleration",
     "WorkloadClass",
     "WorkloadType",
@@ -64,5 +63,6 @@ __all__ = [
     "build_profile",
     "classify",
     "get_profile",
+    "new_gpus",
     "scheduler_for",
 ]

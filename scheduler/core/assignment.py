@@ -18,17 +18,9 @@ MPS placements get ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and ``CUDA_MPS_PINNED_D
 from __future__ import annotations
 
 from nodes.contract import ENV_MPS_MEMORY_LIMIT, ENV_MPS_THREAD_PERCENTAGE, RESOURCE_GPU, RESOURCE_MIG_PREFIX
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
 from scheduler.core.fit import Need
-from scheduler.core.types import (
-    SHARE_MILLI_FULL,
-    Assignment,
-    GPUState,
-    NodeState,
-    PartitionGrant,
-    PartitionKind,
-    SharingMode,
-    slot_share_milli,
-)
+from scheduler.core.types import Assignment, GPUState, NodeState, PartitionGrant, slot_share_milli
 
 
 def format_memory_limit(memory_mib: int, device: int = 0) -> str:

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from scheduler.core.types import SHARE_MILLI_FULL, Priority
-
-MIB_PER_GB = 1024
+from nodes.vocabulary import MIB_PER_GB, SHARE_MILLI_FULL
+from scheduler.core.types import Priority
 
 
 class WorkloadClass(StrEnum):

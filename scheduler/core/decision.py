@@ -11,18 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from scheduler.core.classify import Classification
 from scheduler.core.diagnosis import Diagnosis
-from scheduler.core.snapshot import MODES, ClusterSnapshot
+from scheduler.core.fit import Need
+from scheduler.core.framework import Profile, Status
+from scheduler.core.node_columns import MODES
+from scheduler.core.snapshot import ClusterSnapshot
 from scheduler.core.types import Assignment, PlacementRequest
-
-if TYPE_CHECKING:  # imported for annotations only: framework imports this module
-    from scheduler.core.fit import Need
-    from scheduler.core.framework import Profile, Status
 
 
 class Outcome(StrEnum):
@@ -174,7 +172,7 @@ class ScoreMatrix:
         return rows
 
 
-class Decision:
+class ScheduleResult:
     """What one scheduling cycle decided, and the matrix that explains it.
 
     ``outcome``: placed (``node`` and ``assignment`` set), unschedulable, or default-scheduler
@@ -211,7 +209,7 @@ class Decision:
     @classmethod
     def placed(cls, request: PlacementRequest, profile: Profile, need: Need, diagnosis: Diagnosis,
                matrix: ScoreMatrix, examples: list[tuple[int, str, str]], assignment: Assignment,
-               attempts: int, names: list[str]) -> Decision:
+               attempts: int, names: list[str]) -> ScheduleResult:
         where = f"GPU {','.join(str(i) for i in assignment.gpu_indexes)}"
         part = assignment.partitions[0]
         unit = part.mig_profile or f"{assignment.kind} {part.share_milli / 10:g}%"
@@ -223,7 +221,7 @@ class Decision:
     @classmethod
     def not_placed(cls, request: PlacementRequest, profile: Profile, need: Need, diagnosis: Diagnosis,
                    examples: list[tuple[int, str, str]], outcome: Outcome, *, idle_gpus: int,
-                   pre_filter: Status | None, names: list[str]) -> Decision:
+                   pre_filter: Status | None, names: list[str]) -> ScheduleResult:
         message = diagnosis.message()
         if pre_filter is not None and pre_filter.detail:
             message += f" ({pre_filter.detail})"
@@ -236,7 +234,7 @@ class Decision:
                    need=need, rejected_examples=examples, idle_gpus=idle_gpus, names=names)
 
     @classmethod
-    def without_selection(cls, request: PlacementRequest, profile: Profile, diagnosis: Diagnosis) -> Decision:
+    def without_selection(cls, request: PlacementRequest, profile: Profile, diagnosis: Diagnosis) -> ScheduleResult:
         message = "GPU selection is disabled for this request: handed over to the default Kubernetes scheduler"
         return cls(request=request, profile=profile, outcome=Outcome.DEFAULT_SCHEDULER, diagnosis=diagnosis,
                    message=message)

@@ -17,6 +17,7 @@ on the GPU that ``scheduler.core.assignment`` would choose (best fit, then lowes
 MIG instances are chosen by memory and compute share like everything else: a 25 % request
 needs at least a 2g instance (285 milli), since a 1g instance gives only 1/7 of the SMs.
 
+``build_need`` turns a request into what one replica needs (``Need``), once per cycle;
 ``evaluate_fit`` answers for many nodes at once from the snapshot's per-node *offers* (the
 distinct units a new placement could get there, kept sorted by the snapshot; see ``NodeRow``),
 with no per-GPU reductions; ``chosen_gpus`` adds the GPU each node would use (packing scores
@@ -29,9 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.core.classify import Classification
-from scheduler.core.snapshot import KIND_ID, ClusterSnapshot, first_set_byte, pick, row_words
-from scheduler.core.types import SHARE_MILLI_FULL, PartitionKind
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind
+from scheduler.core.classify import DEFAULT_CLASSIFICATION, Classification, ClassificationSettings, classify
+from scheduler.core.node_columns import KIND_ID
+from scheduler.core.packed_rows import first_set_byte, pick, row_words
+from scheduler.core.snapshot import ClusterSnapshot
+from scheduler.core.types import REQUEST_KINDS, PlacementRequest, SharingRequest
 
 # Why a node does not fit (GPUMemoryFit's reason codes).
 FITS = 0
@@ -71,6 +75,36 @@ class Need:
     @property
     def multi_gpu(self) -> bool:
         return self.gpu_count > 1
+
+
+def build_need(request: PlacementRequest, settings: ClassificationSettings = DEFAULT_CLASSIFICATION) -> Need:
+    """Classify the request and derive what one replica needs (share, memory, accepted kinds).
+
+    An explicit ``sharing`` of ``exclusive`` means a whole GPU whatever the class; an explicit
+    ``share_milli`` overrides the class's default share.
+    """
+    classification = classify(request.memory_mib, request.priority, request.latency_slo_ms, settings)
+    sharing = SharingRequest(request.sharing)
+    if sharing == SharingRequest.EXCLUSIVE:
+        share = SHARE_MILLI_FULL
+    elif request.share_milli is not None:
+        share = request.share_milli
+    else:
+        share = classification.share_milli
+    if not 1 <= share <= SHARE_MILLI_FULL:
+        raise ValueError(f"share_milli must be within 1..{SHARE_MILLI_FULL}, got {share}")
+    if request.gpu_count < 1:
+        raise ValueError(f"gpu_count must be at least 1, got {request.gpu_count}")
+    if request.memory_mib < 0:
+        raise ValueError(f"memory_mib must not be negative, got {request.memory_mib}")
+    return Need(
+        memory_mib=request.memory_mib,
+        gpu_count=request.gpu_count,
+        # A multi-GPU (tensor-parallel) replica takes whole GPUs.
+        share_milli=SHARE_MILLI_FULL if request.gpu_count > 1 else share,
+        kinds=REQUEST_KINDS[sharing],
+        classification=classification,
+    )
 
 
 class FitTable:
@@ -128,8 +162,8 @@ def evaluate_fit(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> Fi
     share_ok = snapshot.offer_share_milli >= need.share_milli
     if need.kinds != _ALL_KINDS:
         allowed = np.zeros(len(KIND_ID) + 1, dtype=np.bool_)  # index kind + 1; -1 = no offer
-        for kind in need.kinds:
-            allowed[KIND_ID[kind] + 1] = True
+        for accepted in need.kinds:
+            allowed[KIND_ID[accepted] + 1] = True
         share_ok &= allowed[snapshot.offer_kind + 1]
     usable = share_ok & (snapshot.offer_memory_mib >= need.memory_mib)
     if usable.shape[1] == 8:

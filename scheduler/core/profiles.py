@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler.core.classify import ClassificationSettings
+from scheduler.core.cycle import Scheduler
 from scheduler.core.framework import (
     FallbackSettings,
     FilterPlugin,
@@ -19,7 +20,6 @@ from scheduler.core.framework import (
     PreFilterPlugin,
     Profile,
     ReservePlugin,
-    Scheduler,
     ScorePlugin,
 )
 from scheduler.core.plugins import REGISTRY

@@ -1,9 +1,9 @@
 """Value types of the placement core: cluster state, requests, what a placement is given.
 
 Pure Python (no Django): ``scheduler.adapters`` maps ORM rows onto these types and back, so the
-core can be benchmarked and property-tested alone. The string values of the enums equal the
-Django choices (``nodes.choices``, ``scheduler.choices``), so values read from the database
-compare equal without conversion.
+core can be benchmarked and property-tested alone. The request enums below (and the node ones
+in ``nodes.vocabulary``) are the only definitions of those words: the Django models derive their
+choices from them, so values read from the database are the very values the core compares.
 
 Partitions follow one rule per sharing mode (it keeps the snapshot's accounting simple):
 
@@ -17,56 +17,38 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from nodes.catalog import MIG_COMPUTE_SLICES, find_model
-
-SHARE_MILLI_FULL = 1000  # a whole GPU, in thousandths
-
-
-class SharingMode(StrEnum):
-    """How a node's GPUs are shared; one mode per node (the device plugin config is per node)."""
-
-    EXCLUSIVE = "exclusive"
-    MIG = "mig"
-    MPS = "mps"  # device plugin MPS: R uniform clients per GPU
-    MPS_WEIGHTED = "mps-weighted"  # gpuplane's MPS daemon: shares per pod, summing to <= 100 %
-    TIMESLICE = "timeslice"
+from nodes.vocabulary import SHARE_MILLI_FULL, LabelledStrEnum, PartitionKind, SharingMode, Taint
 
 
-class PartitionKind(StrEnum):
-    """What one workload is given on one GPU."""
-
-    EXCLUSIVE = "exclusive"
-    MIG = "mig"
-    MPS = "mps"
-    MPS_WEIGHTED = "mps-weighted"
-    TIMESLICE = "timeslice"
-
-
-class SharingRequest(StrEnum):
+class SharingRequest(LabelledStrEnum):
     """The sharing a deploy request asks for; ``auto`` lets the scheduler choose."""
 
-    AUTO = "auto"
-    EXCLUSIVE = "exclusive"
-    MIG = "mig"
-    MPS = "mps"
-    MPS_WEIGHTED = "mps-weighted"
-    TIMESLICE = "timeslice"
+    AUTO = "auto", "Automatic"
+    EXCLUSIVE = "exclusive", "Exclusive"
+    MIG = "mig", "MIG"
+    MPS = "mps", "MPS (uniform)"
+    MPS_WEIGHTED = "mps-weighted", "MPS (weighted)"
+    TIMESLICE = "timeslice", "Time-slicing"
 
 
-class Priority(StrEnum):
-    HIGH = "high"
-    MEDIUM = "medium"
-    LOW = "low"
+class Priority(LabelledStrEnum):
+    """How much a deploy request matters when it competes for GPUs and power."""
+
+    HIGH = "high", "High"
+    MEDIUM = "medium", "Medium"
+    LOW = "low", "Low"
 
 
-class WorkloadType(StrEnum):
-    INFERENCE = "inference"
-    SERVING = "serving"
-    TRAINING = "training"
-    DEVELOPMENT = "development"
-    BATCH = "batch"
+class WorkloadType(LabelledStrEnum):
+    """What a deployment does with its GPUs (it decides which GPU models suit it)."""
+
+    INFERENCE = "inference", "Inference"
+    SERVING = "serving", "Serving"
+    TRAINING = "training", "Training"
+    DEVELOPMENT = "development", "Development"
+    BATCH = "batch", "Batch"
 
 
 # Which partition kinds a node of each mode can hand out. A MIG node may keep some GPUs with MIG
@@ -101,15 +83,6 @@ def slot_share_milli(replicas: int) -> int:
 
 
 @dataclass(frozen=True)
-class Taint:
-    """A Kubernetes node taint; only NoSchedule and NoExecute keep pods off a node."""
-
-    key: str
-    value: str = ""
-    effect: str = "NoSchedule"
-
-
-@dataclass(frozen=True)
 class Toleration:
     """A Kubernetes pod toleration (operator ``Equal`` or ``Exists``; empty effect = any)."""
 
@@ -128,8 +101,6 @@ class Toleration:
             return False
         return self.operator == "Exists" or self.value == taint.value
 
-
-BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
 
 @dataclass
@@ -201,8 +172,8 @@ class NodeState:
 
 
 @dataclass(frozen=True)
-class NamespaceQuota:
-    """A namespace's GPU quota as the caller knows it now; None limits mean unlimited.
+class QuotaUsage:
+    """A namespace's GPU quota and what it holds, as the caller knows it now; None limits mean unlimited.
 
     ``gpu_milli`` counts compute shares (a whole GPU is 1000, an MPS slot of R=4 is 250).
     """
@@ -237,7 +208,7 @@ class PlacementRequest:
     tolerations: tuple[Toleration, ...] = ()
     enable_gpu_selection: bool = True
     allow_default_scheduler: bool = True
-    quota: NamespaceQuota | None = None
+    quota: QuotaUsage | None = None
 
 
 @dataclass(frozen=True)

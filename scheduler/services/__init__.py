@@ -17,7 +17,7 @@ from scheduler.services.deploy import delete_deployment, deploy
 from scheduler.services.errors import DeployFailed, NoCapacity
 from scheduler.services.placing import next_replica_index, place_replicas, release_replica
 from scheduler.services.reading import deployment_events, placement_summary
-from scheduler.services.spec import MAX_GPU_COUNT, MIB_PER_GB, DeploySpec, label_errors, validate_spec
+from scheduler.services.spec import MAX_GPU_COUNT, DeploySpec, label_errors, validate_spec
 from scheduler.services.watching import (
     SWEEP_BATCH,
     WATCH_ERROR,
@@ -31,7 +31,6 @@ from scheduler.services.watching import (
 
 __all__ = [
     "MAX_GPU_COUNT",
-    "MIB_PER_GB",
     "SWEEP_BATCH",
     "WATCH_ERROR",
     "WATCH_FAILED",

@@ -40,8 +40,8 @@ from django.db import OperationalError, connection
 from django.db.models import Exists, F, OuterRef, Value
 from django.db.models.functions import Greatest
 
-from nodes.choices import PartitionKind
 from nodes.models import GPU, Partition
+from nodes.vocabulary import PartitionKind
 from scheduler.adapters import PartitionClaim, namespace_quota
 from scheduler.models import PartitionHold
 from scheduler.services.errors import CapacityConflict

@@ -23,9 +23,18 @@ from django.core.exceptions import ImproperlyConfigured
 from gpuplane.observability import PLACEMENT_DECISION_SECONDS
 from scheduler.adapters import InventorySnapshot, PartitionClaim, partition_claims
 from scheduler.choices import DecisionOutcome
-from scheduler.core import Decision as CoreDecision
-from scheduler.core import NamespaceQuota as Quota
-from scheduler.core import Outcome, PlacementRequest, ProfileError, Scheduler, build_profile
+from scheduler.core import (
+    Outcome,
+    PlacementRequest,
+    Priority,
+    ProfileError,
+    QuotaUsage,
+    Scheduler,
+    ScheduleResult,
+    SharingRequest,
+    WorkloadType,
+    build_profile,
+)
 from scheduler.core.profiles import PROFILES
 from scheduler.services.errors import NoCapacity
 from scheduler.services.spec import DeploySpec
@@ -64,23 +73,23 @@ class ReplicaPlan:
 
     replica_index: int
     outcome: str
-    decision: CoreDecision
+    decision: ScheduleResult
     matrix: dict[str, Any]
     message: str
     duration_ms: float
     claims: list[PartitionClaim] = field(default_factory=list)
 
 
-def _request(spec: DeploySpec, replica_index: int, quota: Quota | None) -> PlacementRequest:
+def _request(spec: DeploySpec, replica_index: int, quota: QuotaUsage | None) -> PlacementRequest:
     return PlacementRequest(
         key=f"{spec.namespace}/{spec.name}#{replica_index}",
         memory_mib=spec.memory_mib,
         gpu_count=spec.gpu_count,
-        priority=spec.priority,  # type: ignore[arg-type]  # StrEnum values compare equal
+        priority=Priority(spec.priority),
         latency_slo_ms=spec.latency_slo_ms,
-        workload_type=spec.workload_type,  # type: ignore[arg-type]
+        workload_type=WorkloadType(spec.workload_type),
         namespace=spec.namespace,
-        sharing=spec.sharing,  # type: ignore[arg-type]
+        sharing=SharingRequest(spec.sharing),
         enable_gpu_selection=spec.enable_gpu_selection,
         # The fallback is the services' call (see the module docstring), not the core's.
         allow_default_scheduler=False,
@@ -88,7 +97,7 @@ def _request(spec: DeploySpec, replica_index: int, quota: Quota | None) -> Place
     )
 
 
-def _telemetry_rejections(decision: CoreDecision, scheduler: Scheduler) -> int:
+def _telemetry_rejections(decision: ScheduleResult, scheduler: Scheduler) -> int:
     """Nodes turned away by telemetry alone (they passed every capacity filter before it)."""
     reasons = {reason for plugin in scheduler.profile.filters if plugin.NAME in TELEMETRY_FILTERS
                for reason in plugin.reasons}
@@ -96,7 +105,7 @@ def _telemetry_rejections(decision: CoreDecision, scheduler: Scheduler) -> int:
 
 
 def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler, *,
-           quota: Quota | None = None, replica_indexes: Iterable[int] | None = None) -> list[ReplicaPlan]:
+           quota: QuotaUsage | None = None, replica_indexes: Iterable[int] | None = None) -> list[ReplicaPlan]:
     """Decide each replica on ``inventory`` (each sees the ones before it); raise ``NoCapacity``.
 
     ``replica_indexes`` are the replicas to decide, all of the spec's (0 .. replicas-1) by default.

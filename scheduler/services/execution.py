@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from nodes.choices import PartitionKind
 from nodes.cluster.base import ClusterBackend, ClusterError, NotFound
+from nodes.vocabulary import PartitionKind
 from scheduler.models import Deployment, PartitionHold, Placement
 from scheduler.workloads import WorkloadSpec, workload_specs
 

@@ -12,10 +12,10 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from nodes.contract import RESERVED_LABEL_KEYS, RESERVED_LABEL_PREFIX
-from scheduler.choices import Priority, SharingRequest, WorkloadType
+from nodes.vocabulary import MIB_PER_GB
+from scheduler.core import Priority, SharingRequest, WorkloadType
 from scheduler.models import Deployment
 
-MIB_PER_GB = 1024  # the core's GB (scheduler/core/classify.py)
 MAX_MEMORY_GB = 4096
 MAX_GPU_COUNT = 16  # the largest GPU nodes have 16; a gang must fit on one node
 MAX_LATENCY_SLO_MS = 86_400_000
@@ -137,8 +137,8 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
         _check_int(errors, "latency_slo_ms", spec.latency_slo_ms, 1, MAX_LATENCY_SLO_MS)
     for name, choices in (("workload_type", WorkloadType), ("priority", Priority), ("sharing", SharingRequest)):
         value = getattr(spec, name)
-        if value not in choices.values:
-            errors[name].append(f"Choose one of: {', '.join(choices.values)}.")
+        if value not in choices.values():
+            errors[name].append(f"Choose one of: {', '.join(choices.values())}.")
     for name in ("enable_gpu_selection", "allow_default_scheduler"):
         if not isinstance(getattr(spec, name), bool):
             errors[name].append("Enter true or false.")

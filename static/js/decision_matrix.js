@@ -3,7 +3,7 @@
 
    Every [data-decision-chart="ID"] element gets horizontal stacked bars: one bar per node, one
    segment per score plugin, segment length = the plugin's weighted points, so a bar's length is
-   the node's total. The data is the stored decision matrix (core Decision.to_dict()) that the page
+   the node's total. The data is the stored decision matrix (core ScheduleResult.to_dict()) that the page
    embedded with json_script under the element's ID. The chosen node comes first, then the other
    feasible nodes by rank, at most data-top of them; the table under the chart has every row. */
 (function () {

@@ -13,8 +13,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from nodes.choices import SharingMode
 from nodes.models import GPU, GPUSample, Node
+from nodes.vocabulary import SharingMode
 from tests.e2e.accounts import sign_in
 from tests.nodes.factories import make_node
 

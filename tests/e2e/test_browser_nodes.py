@@ -11,8 +11,8 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from nodes.choices import PartitionKind, SharingMode
 from nodes.models import Node
+from nodes.vocabulary import PartitionKind, SharingMode
 from scheduler.models import Deployment, Placement
 from tests.e2e.accounts import PASSWORD, USERNAME, sign_in, sign_in_as_staff
 from tests.nodes.factories import make_node, make_partition

@@ -9,8 +9,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuplane.observability import PLACEMENT_DECISION_SECONDS
-from nodes.choices import SharingMode
 from nodes.models import GPU
+from nodes.vocabulary import SharingMode
 from tests.nodes.factories import make_node
 
 pytestmark = pytest.mark.django_db

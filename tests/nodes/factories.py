@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.choices import PartitionKind
-from nodes.models import GPU, SHARE_MILLI_FULL, Node, Partition
+from nodes.models import GPU, Node, Partition
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind
 
 DEFAULT_GPU_MEMORY_MIB = 81920  # an 80 GB part (H100 / A100-80GB)
 

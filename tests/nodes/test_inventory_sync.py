@@ -15,10 +15,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from nodes.cluster.base import ClusterNode, ClusterPod, GPUDevice, MIGDevice, Taint, get_cluster
+from nodes.cluster.base import ClusterNode, ClusterPod, GPUDevice, MIGDevice, get_cluster
 from nodes.demo import load_demo_cluster
 from nodes.models import GPU, Node, Partition
 from nodes.services import sync_inventory
+from nodes.vocabulary import Taint
 from scheduler.models import Deployment, Placement
 
 H100 = "NVIDIA-H100-80GB-HBM3"

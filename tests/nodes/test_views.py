@@ -7,9 +7,9 @@ from html.parser import HTMLParser
 import pytest
 from django.test import Client
 
-from nodes.choices import PartitionKind, SharingMode
 from nodes.models import GPU, Node, Partition
 from nodes.views import MIGCell, mig_diagram, sharing_label
+from nodes.vocabulary import PartitionKind, SharingMode
 from scheduler.models import Deployment, Placement
 
 pytestmark = pytest.mark.django_db

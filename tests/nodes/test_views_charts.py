@@ -10,8 +10,8 @@ from django.contrib.staticfiles import finders
 from django.test import Client
 from django.utils import timezone
 
-from nodes.choices import PartitionKind, SharingMode
 from nodes.models import GPU
+from nodes.vocabulary import PartitionKind, SharingMode
 from tests.nodes.factories import make_node, make_partition
 from tests.nodes.test_views import elements
 

@@ -6,10 +6,10 @@ from typing import Any
 
 from django.conf import settings
 
-from nodes.choices import PartitionKind
 from nodes.cluster.sim import SimulatedCluster
 from nodes.demo import load_demo_cluster
-from nodes.models import GPU, SHARE_MILLI_FULL, Node, Partition
+from nodes.models import GPU, Node, Partition
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind
 from scheduler.models import Placement
 from tests.nodes.factories import make_node
 

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from nodes.choices import PartitionKind
 from nodes.models import GPU, Partition
+from nodes.vocabulary import PartitionKind, SharingMode
 from scheduler.adapters import PLACEHOLDER_OCCUPANT, build_snapshot, partition_claims
-from scheduler.core import Assignment, PartitionGrant, SharingMode
-from scheduler.core import PartitionKind as CoreKind
+from scheduler.core import Assignment, PartitionGrant
 from tests.nodes.factories import make_node, make_partition
 from tests.scheduler.inventory import demo_cluster
 
@@ -136,9 +135,9 @@ def test_a_limited_snapshot_reads_only_the_named_nodes():
 
 def test_claims_name_the_rows_behind_an_assignment(demo):
     inventory = build_snapshot()
-    whole = Assignment(node="a100-node-8", key="k", kind=CoreKind.EXCLUSIVE,
-                       partitions=(PartitionGrant(3, CoreKind.EXCLUSIVE, 0, 1000, A100_MIB),
-                                   PartitionGrant(1, CoreKind.EXCLUSIVE, 0, 1000, A100_MIB)),
+    whole = Assignment(node="a100-node-8", key="k", kind=PartitionKind.EXCLUSIVE,
+                       partitions=(PartitionGrant(3, PartitionKind.EXCLUSIVE, 0, 1000, A100_MIB),
+                                   PartitionGrant(1, PartitionKind.EXCLUSIVE, 0, 1000, A100_MIB)),
                        resources={"nvidia.com/gpu": 2}, env={})
 
     claims = partition_claims(whole, inventory.index)
@@ -152,8 +151,8 @@ def test_claims_name_the_rows_behind_an_assignment(demo):
 
 def test_a_weighted_share_is_a_row_to_create(demo):
     inventory = build_snapshot()
-    share = Assignment(node="a100-node-4", key="k", kind=CoreKind.MPS_WEIGHTED,
-                       partitions=(PartitionGrant(0, CoreKind.MPS_WEIGHTED, 2, 250, 4096),),
+    share = Assignment(node="a100-node-4", key="k", kind=PartitionKind.MPS_WEIGHTED,
+                       partitions=(PartitionGrant(0, PartitionKind.MPS_WEIGHTED, 2, 250, 4096),),
                        resources={"nvidia.com/gpu": 1}, env={})
 
     (claim,) = partition_claims(share, inventory.index)
@@ -166,9 +165,9 @@ def test_a_mig_grant_names_its_instance_row(demo):
     inventory = build_snapshot()
     gpu0 = node_state(inventory, "a100-node-5").gpus[0]
     free = next(p for p in gpu0.partitions if not p.occupant)
-    grant = PartitionGrant(0, CoreKind.MIG, free.slot, free.share_milli, free.memory_mib, "3g.20gb", 4, 4)
+    grant = PartitionGrant(0, PartitionKind.MIG, free.slot, free.share_milli, free.memory_mib, "3g.20gb", 4, 4)
 
-    (claim,) = partition_claims(Assignment("a100-node-5", "k", CoreKind.MIG, (grant,), {}, {}), inventory.index)
+    (claim,) = partition_claims(Assignment("a100-node-5", "k", PartitionKind.MIG, (grant,), {}, {}), inventory.index)
 
     expected = Partition.objects.get(gpu__node__name="a100-node-5", gpu__index=0, mig_start=4)
     assert [r.pk for r in claim.candidates] == [expected.pk]

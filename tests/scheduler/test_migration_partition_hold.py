@@ -17,8 +17,8 @@ from scheduler.models import Deployment, PartitionHold, Placement
 from scheduler.services import DeploySpec
 from tests.scheduler.inventory import FakeClock, check_invariants, demo_cluster
 
-PREVIOUS = [("nodes", "0003_telemetry"), ("scheduler", "0003_namespace_quota_and_watch")]
-LATEST = [("nodes", "0004_partition_drop_placement"), ("scheduler", "0004_partition_hold")]
+PREVIOUS = [("nodes", "0004_vocabulary_choices"), ("scheduler", "0004_vocabulary_choices")]
+LATEST = [("nodes", "0005_partition_drop_placement"), ("scheduler", "0005_partition_hold")]
 
 
 def migrate(targets):

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from nodes.models import Partition
 from scheduler import adapters, services
 from scheduler.choices import DeploymentStatus
-from scheduler.core import NamespaceQuota as CoreQuota
+from scheduler.core import QuotaUsage
 from scheduler.models import Deployment, NamespaceQuota
 from scheduler.services import DeploySpec, NoCapacity, placing
 from tests.scheduler.inventory import (
@@ -57,7 +57,7 @@ def test_usage_counts_what_the_namespaces_active_placements_hold(cluster):
     services.delete_deployment(deleted, cluster=cluster)  # released: no longer counted
     deploy(cluster, "elsewhere", namespace="team-b")  # another namespace
 
-    assert adapters.namespace_quota("team-a") == CoreQuota(
+    assert adapters.namespace_quota("team-a") == QuotaUsage(
         gpu_milli_limit=8000, gpu_milli_used=3000, memory_mib_limit=400 * GIB, memory_mib_used=100 * GIB)
 
 
@@ -131,7 +131,7 @@ def test_the_reservation_rechecks_the_quota_it_decided_on(cluster, monkeypatch):
     NamespaceQuota.objects.create(namespace="team-a", max_gpu_milli=1000)
     deploy(cluster, "a1")
     real = adapters.namespace_quota
-    reads: list[CoreQuota | None] = []
+    reads: list[QuotaUsage | None] = []
 
     def stale_then_real(namespace):
         quota = real(namespace)

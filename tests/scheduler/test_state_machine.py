@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from nodes.choices import PartitionKind
 from nodes.cluster.base import ClusterError, WorkloadSpec
 from nodes.cluster.sim import SimulatedCluster
 from nodes.models import Node
+from nodes.vocabulary import PartitionKind
 from scheduler import services
 from scheduler.choices import DeploymentStatus
 from scheduler.models import Deployment, PartitionHold

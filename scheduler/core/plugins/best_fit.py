@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from nodes.vocabulary import SHARE_MILLI_FULL
 from scheduler.core.framework import CycleState, ScorePlugin
-from scheduler.core.types import SHARE_MILLI_FULL
 
 
 class BestFit(ScorePlugin):

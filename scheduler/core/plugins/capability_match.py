@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from nodes.vocabulary import BLOCKING_TAINT_EFFECTS, Taint
 from scheduler.core.framework import SUCCESS, CycleState, FilterPlugin, PreFilterPlugin, Status
-from scheduler.core.types import BLOCKING_TAINT_EFFECTS, Taint, Toleration
+from scheduler.core.types import Toleration
 
 
 def accepts_model(accepted: tuple[str, ...], model_key: str, family: str) -> bool:

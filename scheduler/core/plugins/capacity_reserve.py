@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from scheduler.core.framework import SUCCESS, Code, CycleState, ReservePlugin, Status
-from scheduler.core.snapshot import CapacityError
+from scheduler.core.reservation import CapacityError
 from scheduler.core.types import Assignment
 
 

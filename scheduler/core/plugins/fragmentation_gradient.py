@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nodes.vocabulary import SHARE_MILLI_FULL
 from scheduler.core.fit import KIND_EXCLUSIVE, KIND_MIG, KIND_WEIGHTED, chosen_gpus
 from scheduler.core.framework import CycleState, ScorePlugin
-from scheduler.core.snapshot import row_count
-from scheduler.core.types import SHARE_MILLI_FULL
+from scheduler.core.packed_rows import row_count
 
 
 @dataclass(frozen=True)

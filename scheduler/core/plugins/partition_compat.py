@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from nodes.vocabulary import SHARE_MILLI_FULL
 from scheduler.core.fit import KIND_TIMESLICE
 from scheduler.core.framework import CycleState, ScorePlugin
-from scheduler.core.types import SHARE_MILLI_FULL
 
 
 class PartitionCompat(ScorePlugin):

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
 from scheduler.core.framework import SUCCESS, Code, CycleState, FilterPlugin, PreFilterPlugin, Status
-from scheduler.core.snapshot import MODE_ID, MODES
-from scheduler.core.types import MODE_KINDS, SHARE_MILLI_FULL, PartitionKind, SharingMode, SharingRequest
+from scheduler.core.node_columns import MODE_ID, MODES
+from scheduler.core.types import MODE_KINDS, SharingRequest
 
 _MPS = MODE_ID[SharingMode.MPS]
 _WEIGHTED = MODE_ID[SharingMode.MPS_WEIGHTED]

@@ -21,17 +21,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from scheduler.core import (
-    ClusterSnapshot,
-    NodeState,
-    PartitionKind,
-    PartitionState,
-    PlacementRequest,
-    SharingMode,
-    Taint,
-    new_gpus,
-)
-from scheduler.core.framework import CycleState, FilterPlugin, PreFilterPlugin, ScorePlugin, build_need
+from nodes.vocabulary import PartitionKind, SharingMode, Taint
+from scheduler.core import ClusterSnapshot, NodeState, PartitionState, PlacementRequest, new_gpus
+from scheduler.core.fit import build_need
+from scheduler.core.framework import CycleState, FilterPlugin, PreFilterPlugin, ScorePlugin
 
 H100 = "H100-SXM5-80GB"
 A100 = "A100-SXM4-40GB"

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core import CapacityError, ClusterSnapshot, PartitionKind, SharingMode, SharingRequest
+from nodes.vocabulary import PartitionKind, SharingMode
+from scheduler.core import CapacityError, ClusterSnapshot, SharingRequest
 from scheduler.core.assignment import assign, format_memory_limit, format_thread_percentage
-from scheduler.core.framework import build_need
+from scheduler.core.fit import build_need
 from tests.scheduler.core.builders import DEMO_MIG_LAYOUT, GIB, H100, make_node, occupy, request
 
 

@@ -4,28 +4,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.core import (
-    ClusterSnapshot,
-    NamespaceQuota,
-    NodeState,
-    PartitionKind,
-    SharingMode,
-    SharingRequest,
-    Taint,
-    Toleration,
-    new_gpus,
-)
-from scheduler.core.framework import CycleState, build_need
+from nodes.vocabulary import PartitionKind, SharingMode, Taint
+from scheduler.core import ClusterSnapshot, NodeState, QuotaUsage, SharingRequest, Toleration, new_gpus
+from scheduler.core.fit import build_need
+from scheduler.core.framework import CycleState
 from scheduler.core.plugins import (
     CapabilityMatch,
     GangFit,
     GPUMemoryFit,
+    NamespaceQuota,
     NodeSchedulable,
     SharingModeCompat,
     UtilizationLimit,
-)
-from scheduler.core.plugins import (
-    NamespaceQuota as NamespaceQuotaFilter,
 )
 from tests.scheduler.core.builders import (
     A100,
@@ -318,18 +308,18 @@ def test_utilization_limit_uses_the_mean_over_gpus_with_samples():
 
 def test_namespace_quota_charges_the_unit_each_node_would_give():
     snapshot = ClusterSnapshot([make_node("exclusive"), make_node("mps-2", mode=SharingMode.MPS, replicas=2)])
-    quota = NamespaceQuota(gpu_milli_limit=2000, gpu_milli_used=1500)
+    quota = QuotaUsage(gpu_milli_limit=2000, gpu_milli_used=1500)
     # 8 GiB, 50 %: an MPS R=2 slot charges 500 (1500 + 500 = 2000 <= 2000); a whole GPU 1000.
-    assert filter_reasons(NamespaceQuotaFilter(), snapshot, request(8, quota=quota)) == {
+    assert filter_reasons(NamespaceQuota(), snapshot, request(8, quota=quota)) == {
         "exclusive": "namespace GPU quota exceeded", "mps-2": "",
     }
-    assert set(filter_codes(NamespaceQuotaFilter(), snapshot, request(8)).values()) == {0}  # no quota given
+    assert set(filter_codes(NamespaceQuota(), snapshot, request(8)).values()) == {0}  # no quota given
 
 
 def test_namespace_quota_memory_is_checked_once_per_request():
-    req = request(8, quota=NamespaceQuota(memory_mib_limit=10 * GIB, memory_mib_used=4 * GIB))
+    req = request(8, quota=QuotaUsage(memory_mib_limit=10 * GIB, memory_mib_used=4 * GIB))
     state = CycleState(req, build_need(req), ClusterSnapshot([make_node("a")]))
-    status = NamespaceQuotaFilter().pre_filter(state)
+    status = NamespaceQuota().pre_filter(state)
     # 4 + 8 = 12 GiB > 10 GiB.
     assert not status.ok and status.reason == "namespace memory quota exceeded"
     assert "12288 MiB would exceed the limit of 10240 MiB" in status.detail

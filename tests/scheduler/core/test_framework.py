@@ -6,24 +6,24 @@ import json
 import numpy as np
 import pytest
 
+from nodes.vocabulary import SharingMode
 from scheduler.core import (
     PROFILES,
     ClusterSnapshot,
     Outcome,
     ProfileError,
-    SharingMode,
     SharingRequest,
     build_profile,
     get_profile,
     scheduler_for,
 )
+from scheduler.core.cycle import Scheduler
 from scheduler.core.framework import (
     SUCCESS,
     Code,
     CycleState,
     Profile,
     ReservePlugin,
-    Scheduler,
     ScorePlugin,
     ScoreRangeError,
     Status,

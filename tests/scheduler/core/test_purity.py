@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 CORE = Path(__file__).resolve().parents[3] / "scheduler" / "core"
-ALLOWED_PROJECT = ("nodes.catalog", "nodes.mig", "nodes.contract", "scheduler.core")
+ALLOWED_PROJECT = ("nodes.catalog", "nodes.mig", "nodes.contract", "nodes.vocabulary", "scheduler.core")
 FORBIDDEN = ("django", "rest_framework", "celery", "gpuplane", "nodes.models", "scheduler.models")
 
 
@@ -53,7 +53,8 @@ def test_the_checker_itself_rejects_django_and_orm_imports():
     for name in ("django.db", "rest_framework", "celery", "gpuplane.settings", "nodes.models", "scheduler.models",
                  "nodes.services", "requests", ".sibling"):
         assert not _allowed(name), name
-    for name in ("numpy", "dataclasses", "nodes.catalog", "nodes.mig", "nodes.contract", "scheduler.core.types"):
+    for name in ("numpy", "dataclasses", "nodes.catalog", "nodes.mig", "nodes.contract", "nodes.vocabulary",
+                 "scheduler.core.types"):
         assert _allowed(name), name
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.core import ClusterSnapshot, PartitionKind, Priority, SharingMode
+from nodes.vocabulary import PartitionKind, SharingMode
+from scheduler.core import ClusterSnapshot, Priority
 from scheduler.core.plugins import (
     BestFit,
     FragmentationGradient,

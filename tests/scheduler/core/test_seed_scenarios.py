@@ -3,15 +3,8 @@ from __future__ import annotations
 
 import json
 
-from scheduler.core import (
-    ClusterSnapshot,
-    NamespaceQuota,
-    Outcome,
-    PartitionKind,
-    Priority,
-    WorkloadType,
-    scheduler_for,
-)
+from nodes.vocabulary import PartitionKind
+from scheduler.core import ClusterSnapshot, Outcome, Priority, QuotaUsage, WorkloadType, scheduler_for
 from tests.scheduler.core.builders import GIB, HOSTNAME, demo_nodes, demo_snapshot, occupy, request
 
 
@@ -96,7 +89,7 @@ def test_scenario_4_mps_weighted_and_uniform_limits():
 
 def test_the_demo_decision_matrix_is_json_with_every_node():
     decision = scheduler_for("balanced").schedule(
-        request(8, key="team/app#0", quota=NamespaceQuota(gpu_milli_limit=4000)), demo_snapshot()
+        request(8, key="team/app#0", quota=QuotaUsage(gpu_milli_limit=4000)), demo_snapshot()
     )
     data = json.loads(json.dumps(decision.to_dict()))
     assert {row["node"] for row in data["rows"]} == {f"h100-{i}" for i in range(1, 5)} | {f"a100-{i}" for i in range(1, 9)}

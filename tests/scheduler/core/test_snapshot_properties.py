@@ -7,13 +7,14 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import ClusterSnapshot, NodeState, Outcome, SharingMode, SharingRequest, new_gpus, scheduler_for
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
+from scheduler.core import ClusterSnapshot, NodeState, Outcome, SharingRequest, new_gpus, scheduler_for
 from scheduler.core.assignment import assign
-from scheduler.core.fit import chosen_gpus, evaluate_fit
-from scheduler.core.framework import CycleState, build_need
+from scheduler.core.fit import build_need, chosen_gpus, evaluate_fit
+from scheduler.core.framework import CycleState
+from scheduler.core.node_columns import KINDS
 from scheduler.core.plugins.fragmentation_gradient import FragmentationGradient, fragmentation
-from scheduler.core.snapshot import KINDS
-from scheduler.core.types import SHARE_MILLI_FULL, PartitionKind, PlacementRequest
+from scheduler.core.types import PlacementRequest
 from tests.scheduler.core.builders import GIB, occupy
 
 MODELS = ("A100-SXM4-40GB", "H100-SXM5-80GB", "L4")

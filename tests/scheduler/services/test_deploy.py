@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client import REGISTRY
 
-from nodes.choices import PartitionKind
 from nodes.cluster.manifests import pinned_node
 from nodes.models import GPU, Partition
+from nodes.vocabulary import PartitionKind
 from scheduler import services, workloads
 from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
 from scheduler.models import Decision, Deployment, Placement

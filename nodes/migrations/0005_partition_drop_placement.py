@@ -8,8 +8,8 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("nodes", "0003_telemetry"),
-        ("scheduler", "0004_partition_hold"),
+        ("nodes", "0004_vocabulary_choices"),
+        ("scheduler", "0005_partition_hold"),
     ]
 
     operations = [

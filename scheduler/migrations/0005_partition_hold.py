@@ -2,7 +2,7 @@
 
 Until now ``nodes.Partition.placement`` pointed at ``scheduler.Placement``, so the nodes app named
 a scheduler model. This migration creates ``PartitionHold`` and copies every existing hold into
-it; ``nodes.0004_partition_drop_placement`` then drops the old column. Reversible: going back
+it; ``nodes.0005_partition_drop_placement`` then drops the old column. Reversible: going back
 copies the holds into the re-added column.
 """
 import django.db.models.deletion
@@ -29,8 +29,8 @@ def copy_holds_back(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("nodes", "0003_telemetry"),
-        ("scheduler", "0003_namespace_quota_and_watch"),
+        ("nodes", "0004_vocabulary_choices"),
+        ("scheduler", "0004_vocabulary_choices"),
     ]
 
     operations = [
