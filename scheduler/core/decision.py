@@ -210,6 +210,7 @@ class ScheduleResult:
     def placed(cls, request: PlacementRequest, profile: Profile, need: Need, diagnosis: Diagnosis,
                matrix: ScoreMatrix, examples: list[tuple[int, str, str]], assignment: Assignment,
                attempts: int, names: list[str]) -> ScheduleResult:
+        """The request was placed: ``assignment`` on its node, after ``attempts`` failed reserves."""
         where = f"GPU {','.join(str(i) for i in assignment.gpu_indexes)}"
         part = assignment.partitions[0]
         unit = part.mig_profile or f"{assignment.kind} {part.share_milli / 10:g}%"
@@ -222,6 +223,7 @@ class ScheduleResult:
     def not_placed(cls, request: PlacementRequest, profile: Profile, need: Need, diagnosis: Diagnosis,
                    examples: list[tuple[int, str, str]], outcome: Outcome, *, idle_gpus: int,
                    pre_filter: Status | None, names: list[str]) -> ScheduleResult:
+        """No node qualified: unschedulable, or handed to the default scheduler (``outcome``)."""
         message = diagnosis.message()
         if pre_filter is not None and pre_filter.detail:
             message += f" ({pre_filter.detail})"
@@ -235,6 +237,7 @@ class ScheduleResult:
 
     @classmethod
     def without_selection(cls, request: PlacementRequest, profile: Profile, diagnosis: Diagnosis) -> ScheduleResult:
+        """The request disabled GPU selection: the default scheduler places it."""
         message = "GPU selection is disabled for this request: handed over to the default Kubernetes scheduler"
         return cls(request=request, profile=profile, outcome=Outcome.DEFAULT_SCHEDULER, diagnosis=diagnosis,
                    message=message)

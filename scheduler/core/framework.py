@@ -35,6 +35,8 @@ MAX_SCORE = 100  # normalized scores lie in 0..MAX_SCORE
 
 
 class Code(StrEnum):
+    """What a PreFilter or Reserve call came to (kube-scheduler's status codes)."""
+
     SUCCESS = "success"
     UNSCHEDULABLE = "unschedulable"
     ERROR = "error"
@@ -51,6 +53,7 @@ class Status:
 
     @property
     def ok(self) -> bool:
+        """True when the call succeeded."""
         return self.code == Code.SUCCESS
 
 
@@ -114,12 +117,16 @@ class Plugin:
 
 
 class PreFilterPlugin(Plugin):
+    """Runs once per cycle, before any filter."""
+
     def pre_filter(self, state: CycleState) -> Status:
         """Compute per-request values into ``state.data[self.NAME]``; reject the request if hopeless."""
         raise NotImplementedError
 
 
 class FilterPlugin(Plugin):
+    """Says which nodes cannot take the request, each with a reason code."""
+
     REASONS: ClassVar[tuple[str, ...]] = ()
 
     @property
@@ -137,6 +144,8 @@ class FilterPlugin(Plugin):
 
 
 class ScorePlugin(Plugin):
+    """Ranks the feasible nodes; the framework weighs and sums the normalized scores."""
+
     def score(self, state: CycleState, nodes: np.ndarray) -> np.ndarray:
         """Raw integer score per feasible node id in ``nodes``."""
         raise NotImplementedError
@@ -147,10 +156,14 @@ class ScorePlugin(Plugin):
 
 
 class ReservePlugin(Plugin):
+    """Claims capacity on the chosen node before the cycle reports it placed."""
+
     def reserve(self, state: CycleState, assignment: Assignment) -> Status:
+        """Claim what ``assignment`` needs; a non-ok status makes the cycle try the next node."""
         raise NotImplementedError
 
     def unreserve(self, state: CycleState, assignment: Assignment) -> None:
+        """Give back what ``reserve`` claimed (a later Reserve plugin failed)."""
         raise NotImplementedError
 
 
@@ -178,4 +191,5 @@ class Profile:
 
     @property
     def weights(self) -> dict[str, float]:
+        """Score plugin NAME -> weight, in profile order."""
         return {plugin.NAME: weight for plugin, weight in self.scores}

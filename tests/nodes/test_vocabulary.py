@@ -53,5 +53,5 @@ def test_display_names_come_from_the_labels():
     node = Node(name="n", sharing_mode=SharingMode.MPS_WEIGHTED)
     deployment = Deployment(priority="low", sharing="auto", workload_type="batch")
     assert node.get_sharing_mode_display() == "MPS (weighted, gpuplane daemon)"
-    assert (deployment.get_priority_display(), deployment.get_sharing_display(), deployment.get_workload_type_display()) == (
-        "Low", "Automatic", "Batch")
+    shown = (deployment.get_priority_display(), deployment.get_sharing_display(), deployment.get_workload_type_display())
+    assert shown == ("Low", "Automatic", "Batch")
