@@ -44,8 +44,8 @@ from nodes.contract import (
     RESOURCE_MIG_PREFIX,
     SHARING_MODE_LABEL_WEIGHTED,
 )
+from nodes.inventory.sync import SyncReport, sync_inventory
 from nodes.models import GPU, Node, Partition
-from nodes.services import SyncReport, sync_inventory
 from nodes.sharing import device_plugin_config
 
 H100_PRODUCT = "NVIDIA-H100-80GB-HBM3"

@@ -1,4 +1,4 @@
-"""Celery tasks of the inventory app: thin wrappers around nodes.services and nodes.telemetry."""
+"""Celery tasks of the inventory app: thin wrappers around nodes.inventory and nodes.telemetry."""
 from __future__ import annotations
 
 import logging
@@ -11,8 +11,8 @@ from django.conf import settings
 from django.core.cache import cache
 
 from nodes.collectors.base import Collector, get_collector
+from nodes.inventory.sync import sync_inventory
 from nodes.models import GPU
-from nodes.services import sync_inventory
 from nodes.telemetry import TelemetryRejected, ingest_samples, rollup_and_expire
 
 logger = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from nodes.cluster.base import ClusterNode, ClusterPod, GPUDevice, MIGDevice, Taint, get_cluster
 from nodes.demo import load_demo_cluster
+from nodes.inventory.sync import sync_inventory
 from nodes.models import GPU, Node, Partition
-from nodes.services import sync_inventory
 from scheduler.models import Deployment, Placement
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -309,7 +309,7 @@ def test_it_counts_a_weighted_pod_without_a_share_as_one_of_r_replicas_and_repor
 @pytest.mark.django_db
 def test_it_reports_an_unknown_gpu_product_without_crashing_and_logs_it_once(caplog):
     cluster = FakeCluster([gpu_node("x1", product="NVIDIA-Imaginary-9000", memory_mib=65536)])
-    with caplog.at_level(logging.WARNING, logger="nodes.services"):
+    with caplog.at_level(logging.WARNING, logger="nodes.inventory"):
         first = sync_inventory(cluster)
         second = sync_inventory(cluster)
 

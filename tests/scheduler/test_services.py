@@ -8,8 +8,8 @@ from prometheus_client import REGISTRY
 from nodes.choices import PartitionKind
 from nodes.cluster.base import ClusterError
 from nodes.cluster.manifests import pinned_node
+from nodes.inventory.sync import sync_inventory
 from nodes.models import GPU, Partition
-from nodes.services import sync_inventory
 from scheduler import services, workloads
 from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
 from scheduler.models import Decision, Deployment, Placement

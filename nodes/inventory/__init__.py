@@ -1,0 +1,1 @@
+"""Inventory sync: what the cluster backend reports -> Node, GPU and Partition rows."""
