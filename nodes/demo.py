@@ -44,7 +44,8 @@ from nodes.contract import (
     RESOURCE_MIG_PREFIX,
     SHARING_MODE_LABEL_WEIGHTED,
 )
-from nodes.inventory.sync import SyncReport, sync_inventory
+from nodes.inventory.report import SyncReport
+from nodes.inventory.sync import sync_inventory
 from nodes.models import GPU, Node, Partition
 from nodes.sharing import device_plugin_config
 
