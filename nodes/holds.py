@@ -135,13 +135,25 @@ def partition_holder() -> PartitionHolder:
     return _registered if _registered is not None else NoHolder()
 
 
-def free_partitions() -> Q:
+def with_holder_id(partitions: QuerySet[Partition]) -> QuerySet[Partition]:
+    """Annotate `holder_id` on each partition: the id of its holder, or None (same query)."""
+    return partitions.annotate(holder_id=partition_holder().holder_id_expression())
+
+
+def describe_held(partitions: Iterable[Partition]) -> dict[int, HolderInfo]:
+    """`describe` the holders of those partitions (annotated by `with_holder_id`) that have one;
+    asks nothing when none is held."""
+    held = [p.pk for p in partitions if p.holder_id is not None]  # type: ignore[attr-defined]
+    return partition_holder().describe(held) if held else {}
+
+
+def free_partition_filter() -> Q:
     """A filter for partitions that no pod uses and no holder holds."""
     return Q(pod="") & ~Q(pk__in=partition_holder().held_partition_ids())
 
 
-def occupied_partitions() -> Q:
-    """A filter for partitions that a pod uses or a holder holds (the complement of free_partitions)."""
+def occupied_partition_filter() -> Q:
+    """A filter for partitions that a pod uses or a holder holds (the complement of free_partition_filter)."""
     return ~Q(pod="") | Q(pk__in=partition_holder().held_partition_ids())
 
 
@@ -150,8 +162,10 @@ __all__ = [
     "HolderInfo",
     "NoHolder",
     "PartitionHolder",
-    "free_partitions",
-    "occupied_partitions",
+    "describe_held",
+    "free_partition_filter",
+    "occupied_partition_filter",
     "partition_holder",
     "register_holder",
+    "with_holder_id",
 ]

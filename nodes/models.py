@@ -97,8 +97,9 @@ class GPU(models.Model):
 class Partition(models.Model):
     """A unit one workload can be given: a whole GPU, a MIG instance, an MPS slot or share, a replica.
 
-    A partition holds at most one occupant: either a gpuplane Placement or a pod that inventory
-    sync found on the cluster (`pod`, "namespace/name"). It is free when it has neither.
+    A partition has at most one occupant: either a holder (a workload gpuplane placed there; ask
+    `nodes.holds`, never this row) or a pod that inventory sync found on the cluster (`pod`,
+    "namespace/name"). It is free when it has neither (`nodes.holds.free_partition_filter`).
     """
 
     gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="partitions")
@@ -136,10 +137,6 @@ class Partition(models.Model):
     def __str__(self) -> str:
         label = self.mig_profile or f"{self.kind} {self.share_milli / 10:g}%"
         return f"{self.gpu} [{self.slot}] {label}"
-
-    @property
-    def is_free(self) -> bool:
-        return self.placement_id is None and not self.pod
 
 
 class GPUSample(models.Model):

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from django.test.utils import CaptureQueriesContext
 
 from nodes.cluster.base import ClusterNode, ClusterPod, GPUDevice, MIGDevice, Taint
+from nodes.holds import free_partition_filter, with_holder_id
 from nodes.models import GPU, Node, Partition
 from scheduler.models import Deployment, Placement
 
@@ -128,6 +129,16 @@ def pod(
 
 def partitions_of(node: str, index: int) -> list[Partition]:
     return list(Partition.objects.filter(gpu__node__name=node, gpu__index=index).order_by("slot"))
+
+
+def is_free(partition: Partition) -> bool:
+    """Whether the partition is used by no pod and held by no holder (asked through nodes.holds)."""
+    return Partition.objects.filter(free_partition_filter(), pk=partition.pk).exists()
+
+
+def holder_id(partition: Partition) -> int | None:
+    """The id of the partition's holder (a placement), or None; asked through nodes.holds."""
+    return with_holder_id(Partition.objects.filter(pk=partition.pk)).values_list("holder_id", flat=True).get()
 
 
 def gpu(node: str, index: int) -> GPU:

@@ -16,6 +16,8 @@ from tests.nodes.sync_fixtures import (
     FakeCluster,
     gpu,
     gpu_node,
+    holder_id,
+    is_free,
     partitions_of,
     placement_on,
     pod,
@@ -38,14 +40,14 @@ def test_it_deletes_nodes_gone_from_the_cluster_unless_gpuplane_placed_onto_them
     assert report.gone_nodes_kept == ["held"]
     assert report.deleted["nodes"] == 1
     # The held partition survives untouched; the free one on the vanished GPU 0 cannot be used.
-    assert [p.placement_id for p in partitions_of("held", 0)] == [placement.pk]
+    assert [holder_id(p) for p in partitions_of("held", 0)] == [placement.pk]
     assert not GPU.objects.filter(node=held, index=1).exists()
 
     cluster.nodes = [gpu_node("keep"), gpu_node("held")]
     sync_inventory(cluster)
     assert Node.objects.get(name="held").ready is True
-    assert [p.placement_id for p in partitions_of("held", 0)] == [placement.pk]
-    assert partitions_of("held", 1)[0].is_free
+    assert [holder_id(p) for p in partitions_of("held", 0)] == [placement.pk]
+    assert is_free(partitions_of("held", 1)[0])
 
 
 @pytest.mark.django_db
@@ -67,7 +69,7 @@ def test_it_never_touches_or_deletes_a_partition_held_by_a_placement():
 
     rows = partitions_of("a1", 0)
     kept = next(p for p in rows if p.pk == held_partition.pk)
-    assert (kept.kind, kept.slot, kept.share_milli, kept.placement_id, kept.pod) == ("mps", 1, 500, placement.pk, "")
+    assert (kept.kind, kept.slot, kept.share_milli, holder_id(kept), kept.pod) == ("mps", 1, 500, placement.pk, "")
     [exclusive] = [p for p in rows if p.pk != held_partition.pk]
     assert (exclusive.kind, exclusive.slot, exclusive.pod) == ("exclusive", 0, "other/x")
     assert report.unplaced_pods == []  # the gpuplane pod is its placement's, not an extra occupant
@@ -85,7 +87,7 @@ def test_gpus_gone_from_a_node_are_deleted_unless_a_placement_holds_one_of_their
     report = sync_inventory(cluster)
 
     assert sorted(GPU.objects.filter(node__name="h1").values_list("index", flat=True)) == [0, 1, 3]
-    assert [p.placement_id for p in partitions_of("h1", 3)] == [placement.pk]
+    assert [holder_id(p) for p in partitions_of("h1", 3)] == [placement.pk]
     assert report.deleted == {"nodes": 0, "gpus": 1, "partitions": 1}
 
 

@@ -22,6 +22,7 @@ from tests.nodes.sync_fixtures import (
     FakeCluster,
     gpu,
     gpu_node,
+    is_free,
     partitions_of,
     pod,
     sharing_labels,
@@ -48,7 +49,7 @@ def test_it_creates_an_exclusive_node_with_one_whole_gpu_partition_per_gpu():
     for index in (0, 1):
         [partition] = partitions_of("h1", index)
         assert (partition.kind, partition.slot, partition.share_milli, partition.memory_mib) == ("exclusive", 0, 1000, H100_MIB)
-        assert partition.is_free
+        assert is_free(partition)
     assert report.created == {"nodes": 1, "gpus": 2, "partitions": 2}
     assert report.changed
 

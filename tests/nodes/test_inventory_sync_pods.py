@@ -17,6 +17,7 @@ from tests.nodes.sync_fixtures import (
     FakeCluster,
     gpu,
     gpu_node,
+    is_free,
     partitions_of,
     pod,
     sharing_labels,
@@ -120,7 +121,7 @@ def test_partitions_of_pods_that_are_gone_are_freed_and_pods_keep_their_partitio
 
     cluster.pods = []
     sync_inventory(cluster)
-    assert all(p.is_free for p in partitions_of("m2", 0))
+    assert all(is_free(p) for p in partitions_of("m2", 0))
     assert gpu("m2", 0).allocated_milli == 0
 
 
