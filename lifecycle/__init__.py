@@ -1,0 +1,1 @@
+"""The lifecycle toolkit shared by every app: the audit trail, persisted state transitions, single-run locks."""
