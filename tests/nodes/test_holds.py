@@ -1,25 +1,19 @@
 """nodes.holds: the inventory asks a registered PartitionHolder who holds a partition.
 
-These tests replace the scheduler's holder with FakeHolder (held partition ids kept in memory),
-so they exercise the nodes app alone: sync, the API, the pages and the simulated collector all
+These tests replace the scheduler's holder with FakeHolder (tests/nodes/fake_holder.py: held
+partition ids kept in memory), so they exercise the nodes app alone: sync, the API, the pages and the simulated collector all
 learn what is held through the hook, never from the scheduler's models.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any
-
 import pytest
 from django.db import connection
-from django.db.models import Case, CharField, Expression, IntegerField, QuerySet, Value, When
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from nodes.collectors.simulated import SimulatedCollector
 from nodes.demo import DemoClusterError, load_demo_cluster
 from nodes.holds import (
-    Hold,
-    HolderInfo,
     NoHolder,
     PartitionHolder,
     free_partition_filter,
@@ -30,7 +24,8 @@ from nodes.holds import (
 )
 from nodes.inventory.sync import sync_inventory
 from nodes.models import GPU, Node, Partition
-from tests.nodes.sync_fixtures import (
+from tests.nodes.fake_holder import HOLDER_ID, FakeHolder
+from tests.nodes.inventory.helpers import (
     A100,
     A100_MIB,
     FakeCluster,
@@ -44,70 +39,6 @@ from tests.nodes.sync_fixtures import (
 )
 
 pytestmark = pytest.mark.django_db
-
-HOLDER_ID = 7
-
-
-class FakeHolder:
-    """Holds the partitions whose ids it is given, all for one workload "serving/llama-0"."""
-
-    def __init__(self) -> None:
-        self.partition_ids: set[int] = set()
-        self.node_ids: set[int] = set()
-        self.memory_mib_per_gpu = 16384
-        self.forgotten = False
-
-    def hold(self, partition: Partition) -> None:
-        self.partition_ids.add(partition.pk)
-        self.node_ids.add(partition.gpu.node_id)
-
-    def holds(self) -> list[Hold]:
-        rows = Partition.objects.filter(pk__in=self.partition_ids).values_list("pk", "gpu_id", "gpu__node__name")
-        return [
-            Hold(pk, gpu_id, HOLDER_ID, node_name, "serving", "llama-0", self.memory_mib_per_gpu)
-            for pk, gpu_id, node_name in rows
-        ]
-
-    def held_partition_ids(self) -> QuerySet[Any]:
-        return Partition.objects.filter(pk__in=self.partition_ids).values("pk")
-
-    def _when_held(self, value: Any, output_field: Any) -> Expression:
-        return Case(When(pk__in=self.partition_ids, then=Value(value)), default=None, output_field=output_field)
-
-    def holder_id_expression(self) -> Expression:
-        return self._when_held(HOLDER_ID, IntegerField())
-
-    def workload_type_expression(self) -> Expression:
-        return self._when_held("training", CharField())
-
-    def nodes_in_use(self, node_ids: Iterable[int]) -> set[int]:
-        return self.node_ids & set(node_ids)
-
-    def describe(self, partition_ids: Iterable[int]) -> dict[int, HolderInfo]:
-        info = HolderInfo(HOLDER_ID, "serving/llama #0", f"/deployments/{HOLDER_ID}/")
-        return {pk: info for pk in partition_ids if pk in self.partition_ids}
-
-    def count_holders(self) -> int:
-        return 0 if self.forgotten else 1
-
-    def forget_all(self) -> int:
-        self.forgotten, self.partition_ids, self.node_ids = True, set(), set()
-        return 1
-
-
-@pytest.fixture
-def no_holder() -> Iterator[None]:
-    previous = register_holder(None)
-    yield
-    register_holder(previous)
-
-
-@pytest.fixture
-def holder() -> Iterator[FakeHolder]:
-    fake = FakeHolder()
-    previous = register_holder(fake)
-    yield fake
-    register_holder(previous)
 
 
 @pytest.fixture

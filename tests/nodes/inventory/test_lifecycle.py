@@ -1,6 +1,6 @@
 """Inventory sync, lifecycle: nodes and GPUs that come, change and go, and partitions placements hold.
 
-Most tests drive the sync with FakeCluster (tests/nodes/sync_fixtures.py), a backend that just
+Most tests drive the sync with FakeCluster (tests/nodes/inventory/helpers.py), a backend that just
 returns the value objects it was given, so each rule is tested without the simulator in the way.
 The arithmetic of the expected shares and memory is written next to each assertion.
 """
@@ -10,7 +10,7 @@ import pytest
 
 from nodes.inventory.sync import sync_inventory
 from nodes.models import GPU, Node
-from tests.nodes.sync_fixtures import (
+from tests.nodes.inventory.helpers import (
     A100,
     A100_MIB,
     FakeCluster,

@@ -1,6 +1,6 @@
 """Inventory sync, idempotence: a sync of an unchanged cluster writes nothing.
 
-Most tests drive the sync with FakeCluster (tests/nodes/sync_fixtures.py), a backend that just
+Most tests drive the sync with FakeCluster (tests/nodes/inventory/helpers.py), a backend that just
 returns the value objects it was given, so each rule is tested without the simulator in the way.
 The arithmetic of the expected shares and memory is written next to each assertion.
 """
@@ -17,7 +17,7 @@ from nodes.cluster.base import get_cluster
 from nodes.demo import load_demo_cluster
 from nodes.inventory.sync import sync_inventory
 from nodes.models import Node
-from tests.nodes.sync_fixtures import (
+from tests.nodes.inventory.helpers import (
     FakeCluster,
     every_mode_cluster,
     gpu_node,

@@ -1,6 +1,6 @@
 """Inventory sync, rows per sharing mode: the Node, GPU and Partition rows each mode gives.
 
-Most tests drive the sync with FakeCluster (tests/nodes/sync_fixtures.py), a backend that just
+Most tests drive the sync with FakeCluster (tests/nodes/inventory/helpers.py), a backend that just
 returns the value objects it was given, so each rule is tested without the simulator in the way.
 The arithmetic of the expected shares and memory is written next to each assertion.
 """
@@ -13,7 +13,7 @@ import pytest
 from nodes.cluster.base import Taint
 from nodes.inventory.sync import sync_inventory
 from nodes.models import Node
-from tests.nodes.sync_fixtures import (
+from tests.nodes.inventory.helpers import (
     A100,
     A100_MIB,
     H100,
