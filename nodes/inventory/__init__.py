@@ -13,6 +13,7 @@ One concern per module:
 - ``node_rows``: the node pass (create, update, heartbeat, delete or keep gone nodes).
 - ``gpu_rows``: the GPU and partition passes: match rows to the cluster, write the differences.
 - ``binding``: which pod uses which partition.
+- ``audit``: the audit events of what a sync changed (stored in one INSERT per sync).
 
 Who holds a partition is asked through ``nodes.holds``, never by naming the scheduler's models.
 """

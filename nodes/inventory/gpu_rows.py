@@ -12,6 +12,7 @@ import logging
 from nodes.catalog import GPUModel
 from nodes.choices import PartitionKind, SharingMode
 from nodes.cluster.base import GPUDevice
+from nodes.inventory import audit
 from nodes.inventory.labels import NodeSharing
 from nodes.inventory.node_rows import catalog_model, node_product
 from nodes.inventory.plan import GPUPlan, NodeEntry, PartitionSlot, SyncPlan, lowest_unused
@@ -72,10 +73,10 @@ def plan_gpu_rows(plan: SyncPlan, nodes: dict[str, NodeEntry]) -> None:
         if row.pk not in plan.held_gpu_ids:
             to_delete.append(row.pk)
             continue
-        node = next((entry.row for entry in nodes.values() if entry.row.pk == row.node_id), None)
-        if node is None:
+        kept_node = next((entry.row for entry in nodes.values() if entry.row.pk == row.node_id), None)
+        if kept_node is None:
             continue
-        gpu_plan = GPUPlan(uuid=uuid, node=node, index=row.index, row=row, memory_mib=row.memory_mib, values={})
+        gpu_plan = GPUPlan(uuid=uuid, node=kept_node, index=row.index, row=row, memory_mib=row.memory_mib, values={})
         for partition in plan.partitions_by_gpu.get(row.pk, []):
             if plan.is_held(partition):
                 gpu_plan.slots.append(_kept_slot(gpu_plan, row.index, partition, held=True))
@@ -85,6 +86,12 @@ def plan_gpu_rows(plan: SyncPlan, nodes: dict[str, NodeEntry]) -> None:
     if to_delete:
         _, per_model = GPU.objects.filter(pk__in=to_delete).delete()
         plan.report.count_deleted(per_model)
+        # GPUs of the nodes the node pass deleted are among them (their rows went with the node).
+        node_names = {node.pk: node.name for node in plan.node_rows.values()}
+        deleted = set(to_delete)
+        plan.audit.extend(
+            audit.gpu_deleted(row, node_names.get(row.node_id, "")) for row in plan.gpu_rows.values() if row.pk in deleted
+        )
 
 
 def _kept_slot(gpu_plan: GPUPlan, gpu_index: int, partition: Partition, *, held: bool) -> PartitionSlot:
@@ -164,12 +171,14 @@ def write_gpu_rows(plan: SyncPlan) -> None:
     """Create or update each planned GPU whose row differs, allocation counters included."""
     to_create: list[GPU] = []
     to_update: list[GPU] = []
+    created_names: list[str] = []  # node name of each GPU in to_create
     for gpu_plan in plan.gpu_plans:
         allocated_milli, allocated_memory_mib = _allocation(plan, gpu_plan)
         values = {**gpu_plan.values, "allocated_milli": allocated_milli, "allocated_memory_mib": allocated_memory_mib}
         if gpu_plan.row is None:
             gpu_plan.row = GPU(**values)
             to_create.append(gpu_plan.row)
+            created_names.append(gpu_plan.node.name)
         elif any(getattr(gpu_plan.row, name) != value for name, value in values.items()):
             for name, value in values.items():
                 setattr(gpu_plan.row, name, value)
@@ -185,6 +194,7 @@ def write_gpu_rows(plan: SyncPlan) -> None:
             ids = dict(GPU.objects.filter(uuid__in=missing).values_list("uuid", "pk"))
             for gpu in to_create:
                 gpu.pk = gpu.pk or ids[gpu.uuid]
+        plan.audit.extend(audit.gpu_created(gpu, node_name) for gpu, node_name in zip(to_create, created_names))
 
 
 def _allocation(plan: SyncPlan, gpu_plan: GPUPlan) -> tuple[int, int]:

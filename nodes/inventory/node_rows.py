@@ -13,6 +13,7 @@ from nodes.catalog import GPUModel, UnknownGPUProduct, lookup_product
 from nodes.cluster.base import ClusterNode
 from nodes.contract import LABEL_GPU_PRODUCT
 from nodes.holds import partition_holder
+from nodes.inventory import audit
 from nodes.inventory.labels import NodeSharing, node_sharing
 from nodes.inventory.plan import NodeEntry, SyncPlan
 from nodes.models import Node
@@ -55,7 +56,9 @@ def sync_node_rows(plan: SyncPlan) -> dict[str, NodeEntry]:
         if row is None:
             to_create.append(Node(name=observed.name, last_seen=plan.now, **values))
             continue
-        if any(getattr(row, name) != value for name, value in values.items()):
+        before = {name: getattr(row, name) for name, value in values.items() if getattr(row, name) != value}
+        if before:
+            plan.audit.extend(audit.node_changed(row, before, {name: values[name] for name in before}))
             for name, value in values.items():
                 setattr(row, name, value)
             row.last_seen = plan.now
@@ -74,12 +77,14 @@ def sync_node_rows(plan: SyncPlan) -> dict[str, NodeEntry]:
         if row.pk in in_use:
             plan.report.gone_nodes_kept.append(row.name)
             if row.ready:
+                plan.audit.append(audit.node_kept(row))
                 row.ready = False
                 to_update.append(row)
 
     if to_delete:
         _, per_model = Node.objects.filter(pk__in=to_delete).delete()
         plan.report.count_deleted(per_model)
+        plan.audit.extend(audit.node_deleted(row) for row in gone if row.pk not in in_use)
     if to_create:
         Node.objects.bulk_create(to_create)
         plan.report.created["nodes"] += len(to_create)
@@ -94,6 +99,7 @@ def sync_node_rows(plan: SyncPlan) -> dict[str, NodeEntry]:
     if created_names:  # databases that cannot return ids from a bulk insert
         refreshed = {node.name: node for node in Node.objects.filter(name__in=created_names)}
         to_create = [refreshed.get(node.name, node) for node in to_create]
+    plan.audit.extend(audit.node_created(node) for node in to_create)
     rows = {**plan.node_rows, **{node.name: node for node in to_create}}
     observed_by_name = {node.name: node for node in plan.observed}
     return {

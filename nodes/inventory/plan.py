@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from lifecycle.audit import AuditEntry
 from nodes.catalog import GPUModel
 from nodes.cluster.base import ClusterNode, ClusterPod
 from nodes.holds import Hold
@@ -86,6 +87,7 @@ class SyncPlan:
     gpu_plans: list[GPUPlan] = field(default_factory=list)
     partitions_to_delete: list[int] = field(default_factory=list)
     model_cache: dict[str, GPUModel | None] = field(default_factory=dict)  # catalog model by product
+    audit: list[AuditEntry] = field(default_factory=list)  # events of what was written, stored at the end
 
     def is_held(self, partition: Partition) -> bool:
         """Whether a holder has this partition."""

@@ -12,7 +12,8 @@ the allocation counters, so a concurrent reservation cannot be lost between our 
 
 Every row is compared with what it should be and only differences are written, so a sync of an
 unchanged cluster issues no INSERT, UPDATE or DELETE at all (Node.last_seen is refreshed only
-when older than settings.GPUPLANE_INVENTORY_HEARTBEAT_S).
+when older than settings.GPUPLANE_INVENTORY_HEARTBEAT_S). What it does change is told in the
+audit trail (`nodes.inventory.audit`), recorded in the same transaction with one INSERT.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from lifecycle.audit import record_many
 from nodes.cluster.base import ClusterBackend, ClusterNode, ClusterPod, get_cluster
 from nodes.holds import partition_holder
 from nodes.inventory.binding import bind_pods
@@ -54,6 +56,7 @@ def sync_inventory(cluster: ClusterBackend | None = None) -> SyncReport:
         bind_pods(plan, nodes)
         write_gpu_rows(plan)
         write_partition_rows(plan)
+        record_many(plan.audit, at=now)  # one INSERT, none when nothing changed
     plan.report.unknown_products.sort()
     plan.report.unplaced_pods.sort()
     return plan.report
