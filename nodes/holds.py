@@ -143,7 +143,7 @@ def with_holder_id(partitions: QuerySet[Partition]) -> QuerySet[Partition]:
 def describe_held(partitions: Iterable[Partition]) -> dict[int, HolderInfo]:
     """`describe` the holders of those partitions (annotated by `with_holder_id`) that have one;
     asks nothing when none is held."""
-    held = [p.pk for p in partitions if p.holder_id is not None]  # type: ignore[attr-defined]
+    held = [p.pk for p in partitions if p.holder_id is not None]
     return partition_holder().describe(held) if held else {}
 
 

@@ -158,4 +158,4 @@ class PartitionSerializer(serializers.ModelSerializer):
     @extend_schema_field(OpenApiTypes.BOOL)
     def get_free(self, partition: Partition) -> bool:
         """Held by no placement and used by no pod."""
-        return partition.holder_id is None and not partition.pod  # type: ignore[attr-defined]
+        return partition.holder_id is None and not partition.pod
