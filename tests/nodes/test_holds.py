@@ -7,6 +7,7 @@ learn what is held through the hook, never from the scheduler's models.
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -198,3 +199,18 @@ def test_the_demo_reset_asks_the_holder_before_deleting_the_inventory(holder):
 
     assert holder.forgotten
     assert not Node.objects.filter(name="h1").exists()
+
+
+def test_the_admin_shows_who_holds_a_partition_read_only(holder):
+    sync_inventory(mps_cluster())
+    held, free = partitions_of("a1", 0)
+    holder.hold(held)
+    superuser = Client()
+    superuser.force_login(User.objects.create_superuser("root", password="not-used"))
+
+    listing = superuser.get("/admin/nodes/partition/").content.decode()
+    change = superuser.get(f"/admin/nodes/partition/{held.pk}/change/").content.decode()
+
+    assert f'<a href="/deployments/{HOLDER_ID}/">serving/llama #0</a>' in listing
+    assert "serving/llama #0" in change
+    assert 'name="placement"' not in change  # holds are written by their holder, never here
