@@ -13,6 +13,7 @@ from django.db.models import Avg, Count, Q
 from django.views.generic import TemplateView
 
 from gpuplane.web import RoleRequiredMixin
+from nodes.holds import free_partition_filter
 from nodes.models import GPU, Node, Partition
 from nodes.summaries import cluster_heatmap
 from nodes.vocabulary import SharingMode
@@ -59,8 +60,7 @@ class OverviewView(RoleRequiredMixin, TemplateView):
         by_model = GPU.objects.values("model").annotate(n=Count("id")).order_by("-n", "model")
         mode_labels = dict(SharingMode.choices())
         by_mode = GPU.objects.values("node__sharing_mode").annotate(n=Count("id")).order_by("-n", "node__sharing_mode")
-        free = Q(placement__isnull=True, pod="")
-        partitions = Partition.objects.aggregate(total=Count("id"), free=Count("id", filter=free))
+        partitions = Partition.objects.aggregate(total=Count("id"), free=Count("id", filter=free_partition_filter()))
         partitions["used"] = partitions["total"] - partitions["free"]
         partitions["used_pct"] = round(partitions["used"] * 100 / partitions["total"]) if partitions["total"] else 0
         context.update(

@@ -3,7 +3,9 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html
 
+from nodes.holds import partition_holder, with_holder_id
 from nodes.models import GPU, GPUSample, GPUSampleRollup, Node, NodeAgentToken, Partition
 
 
@@ -23,10 +25,30 @@ class NodeAdmin(admin.ModelAdmin):
     inlines = [GPUInline]
 
 
-class PartitionInline(admin.TabularInline):
+class HeldByMixin:
+    """A read-only "held by" column: the partition's holder, linked, asked through nodes.holds.
+
+    Holders are written by their own services only, never here. Rows come annotated with
+    `holder_id`, so only held rows cost a query for their label.
+    """
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Partition]:
+        return with_holder_id(super().get_queryset(request))  # type: ignore[misc]
+
+    @admin.display(description="held by")
+    def held_by(self, partition: Partition) -> str:
+        """The holder's label linked to its page, or "-" when not held."""
+        if getattr(partition, "holder_id", None) is None:
+            return "-"
+        holder = partition_holder().describe([partition.pk]).get(partition.pk)
+        return format_html('<a href="{}">{}</a>', holder.url, holder.label) if holder else "-"
+
+
+class PartitionInline(HeldByMixin, admin.TabularInline):
     model = Partition
     extra = 0
-    fields = ("slot", "kind", "share_milli", "memory_mib", "mig_profile", "mig_start", "mig_size", "pod")
+    fields = ("slot", "kind", "share_milli", "memory_mib", "mig_profile", "mig_start", "mig_size", "held_by", "pod")
+    readonly_fields = ("held_by",)
 
 
 @admin.register(GPU)
@@ -39,11 +61,16 @@ class GPUAdmin(admin.ModelAdmin):
 
 
 @admin.register(Partition)
-class PartitionAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "kind", "share_milli", "memory_mib", "mig_profile", "pod")
+class PartitionAdmin(HeldByMixin, admin.ModelAdmin):
+    list_display = ("__str__", "kind", "share_milli", "memory_mib", "mig_profile", "held_by", "pod")
     list_filter = ("kind", "mig_profile")
     search_fields = ("gpu__uuid", "gpu__node__name", "pod")
     list_select_related = ("gpu__node",)
+    fields = (
+        "gpu", "kind", "slot", "share_milli", "memory_mib", "mig_profile", "mig_start", "mig_size", "mig_device_uuid",
+        "pod", "held_by",
+    )
+    readonly_fields = ("held_by",)
 
 
 # --- telemetry ----------------------------------------------------------------------------------

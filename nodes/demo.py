@@ -27,7 +27,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.apps import apps
 from django.conf import settings
 from django.db import transaction
 
@@ -44,8 +43,10 @@ from nodes.contract import (
     RESOURCE_MIG_PREFIX,
     SHARING_MODE_LABEL_WEIGHTED,
 )
+from nodes.holds import occupied_partition_filter, partition_holder
+from nodes.inventory.report import SyncReport
+from nodes.inventory.sync import sync_inventory
 from nodes.models import GPU, Node, Partition
-from nodes.services import SyncReport, sync_inventory
 from nodes.sharing import device_plugin_config
 
 H100_PRODUCT = "NVIDIA-H100-80GB-HBM3"
@@ -255,14 +256,14 @@ class InventorySummary:
 
 def summarize_inventory() -> InventorySummary:
     """Count the inventory rows by model, sharing mode and partition kind."""
-    partitions = Partition.objects.values_list("kind", "placement_id", "pod")
+    kinds = Partition.objects.values_list("kind", flat=True)
     return InventorySummary(
         nodes=Node.objects.count(),
         gpus=GPU.objects.count(),
         nodes_by_model=dict(Counter(Node.objects.values_list("gpu_model", flat=True))),
         nodes_by_mode=dict(Counter(Node.objects.values_list("sharing_mode", flat=True))),
-        partitions_by_kind=dict(Counter(kind for kind, _, _ in partitions)),
-        occupied_by_kind=dict(Counter(kind for kind, placement_id, pod in partitions if placement_id or pod)),
+        partitions_by_kind=dict(Counter(kinds)),
+        occupied_by_kind=dict(Counter(kinds.filter(occupied_partition_filter()))),
     )
 
 
@@ -314,16 +315,16 @@ def load_demo_cluster(*, if_empty: bool = False, reset: bool = False, force: boo
 
 
 def _wipe(*, force: bool) -> None:
-    # Looked up by name: the inventory app does not import the scheduler (it depends on us).
-    placement_model = apps.get_model("scheduler", "Placement")
+    # Asked through the holder hook: the inventory app does not import the scheduler (it depends on us).
+    holder = partition_holder()
     with transaction.atomic():
-        placements = placement_model.objects.count()
-        if placements and not force:
+        holders = holder.count_holders()
+        if holders and not force:
             raise DemoClusterError(
-                f"{placements} placement(s) exist; --reset would delete the nodes they run on. "
+                f"{holders} placement(s) exist; --reset would delete the nodes they run on. "
                 "Release them first, or add --force to delete them too."
             )
-        placement_model.objects.all().delete()
+        holder.forget_all()
         Node.objects.all().delete()
 
 

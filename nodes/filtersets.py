@@ -17,8 +17,9 @@ import django_filters
 from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import ProhibitNullCharactersValidator
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet
 
+from nodes.holds import free_partition_filter, occupied_partition_filter
 from nodes.models import GPU, Node, Partition
 from nodes.vocabulary import PartitionKind, SharingMode
 
@@ -203,6 +204,5 @@ class PartitionFilterSet(django_filters.FilterSet):
         fields = ["node", "gpu", "kind", "mig_profile", "free"]
 
     def filter_free(self, queryset: QuerySet[Partition], name: str, value: bool) -> QuerySet[Partition]:
-        # Mirrors Partition.is_free.
-        free = Q(placement__isnull=True, pod="")
-        return queryset.filter(free if value else ~free)
+        # The holder's ids are a subquery, so the filtered list (and its count) stay one statement each.
+        return queryset.filter(free_partition_filter() if value else occupied_partition_filter())

@@ -95,9 +95,9 @@ class GPU(models.Model):
 class Partition(models.Model):
     """A unit one workload can be given: a whole GPU, a MIG instance, an MPS slot or share, a replica.
 
-    A partition has at most one occupant: a holder that placed a workload on it (the scheduler;
-    nodes asks who through ``nodes.holds``) or a pod that inventory sync found on the cluster
-    (`pod`, "namespace/name"). It is free when it has neither.
+    A partition has at most one occupant: either a holder (a workload gpuplane placed there; ask
+    `nodes.holds`, never this row) or a pod that inventory sync found on the cluster (`pod`,
+    "namespace/name"). It is free when it has neither (`nodes.holds.free_partition_filter`).
     """
 
     gpu = models.ForeignKey(GPU, on_delete=models.CASCADE, related_name="partitions")

@@ -1,4 +1,4 @@
-"""Celery tasks of the inventory app: thin wrappers around nodes.services and the nodes.telemetry package.
+"""Celery tasks of the inventory app: thin wrappers around nodes.inventory and the nodes.telemetry package.
 
 Each beat task guards itself with lifecycle.locks (no overlap; the poll also once per interval)
 and then calls one service.
@@ -13,7 +13,7 @@ from django.conf import settings
 
 from lifecycle.locks import claim_slot, interval_slot, single_run
 from nodes.collectors.base import get_collector
-from nodes.services import sync_inventory
+from nodes.inventory.sync import sync_inventory
 from nodes.telemetry.readings import store_readings
 from nodes.telemetry.rollup import rollup_and_expire
 

@@ -6,6 +6,7 @@ computed here in small pure functions so that templates stay free of arithmetic.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from gpuplane.web import RoleRequiredMixin, filter_list_context
 from nodes.api.series import DEFAULT_RANGE, RANGES
 from nodes.catalog import MIG_MEMORY_SLICES
 from nodes.filtersets import NodeFilterSet
+from nodes.holds import HolderInfo, describe_held, occupied_partition_filter, with_holder_id
 from nodes.models import GPU, Node, Partition
 from nodes.summaries import memory_used_pct
 from nodes.vocabulary import SHARE_MILLI_FULL, SharingMode
@@ -75,11 +77,13 @@ def format_share(share_milli: int) -> str:
     return f"{share_milli / 10:.1f}".removesuffix(".0") + " %"
 
 
-def occupant_of(partition: Partition) -> str | None:
-    """Who holds a partition: "namespace/deployment #replica" for a placement, the pod, or None if free."""
-    if partition.placement_id is not None:
-        placement = partition.placement
-        return f"{placement.deployment} #{placement.replica_index}"
+def occupant_of(partition: Partition, holders: Mapping[int, HolderInfo]) -> str | None:
+    """Who holds a partition: its holder's label ("namespace/deployment #replica" for a placement),
+    the pod, or None if free. `holders` is what `partition_holder().describe()` said of the page's
+    partitions."""
+    holder = holders.get(partition.pk) if partition.pk is not None else None
+    if holder is not None:
+        return holder.label
     return partition.pod or None
 
 
@@ -135,14 +139,16 @@ class MIGCell:
         return f"{self.profile} at {self.slices_text}, {state}"
 
 
-def mig_diagram(partitions: list[Partition]) -> list[MIGCell]:
+def mig_diagram(partitions: list[Partition], holders: Mapping[int, HolderInfo] | None = None) -> list[MIGCell]:
     """Lay a GPU's MIG partitions out on the 8 memory slices, sorted by lane, then start.
 
     Every MIG instance becomes a cell spanning its [start, start+size), clipped to the 8 slices;
     each slice that no instance covers becomes an empty one-slice cell in lane 1. An instance
     overlapping an earlier one goes to the next free lane, so that broken data shows up instead of
-    hiding under another block (a valid layout always fits in lane 1).
+    hiding under another block (a valid layout always fits in lane 1). `holders` names the held
+    instances' occupants (see `occupant_of`).
     """
+    holders = holders or {}
     placed = sorted(
         ((p.mig_start, p.mig_size, p) for p in partitions if p.mig_start is not None and p.mig_size),
         key=lambda item: (item[0], item[2].slot),
@@ -157,7 +163,7 @@ def mig_diagram(partitions: list[Partition]) -> list[MIGCell]:
         if lane == len(lanes):
             lanes.append(set())
         lanes[lane] |= covered
-        cells.append(MIGCell(start, size, lane + 1, partition.mig_profile, occupant_of(partition)))
+        cells.append(MIGCell(start, size, lane + 1, partition.mig_profile, occupant_of(partition, holders)))
     taken: set[int] = set().union(*lanes)
     cells.extend(MIGCell(s, 1, 1) for s in range(MIG_MEMORY_SLICES) if s not in taken)
     return sorted(cells, key=lambda c: (c.lane, c.start))
@@ -189,8 +195,8 @@ class GPURow:
         return max((c.lane for c in self.mig_cells), default=1)
 
 
-def gpu_row(gpu: GPU) -> GPURow:
-    """Format one GPU (its partitions prefetched) for the detail page."""
+def gpu_row(gpu: GPU, holders: Mapping[int, HolderInfo]) -> GPURow:
+    """Format one GPU (its partitions prefetched) for the detail page; `holders` as for `occupant_of`."""
     partitions = list(gpu.partitions.all())
     return GPURow(
         gpu=gpu,
@@ -199,10 +205,12 @@ def gpu_row(gpu: GPU) -> GPURow:
         allocated_memory=format_mib(gpu.allocated_memory_mib),
         allocated_pct=round(gpu.allocated_milli * 100 / SHARE_MILLI_FULL),
         partitions=[
-            PartitionRow(p, p.get_kind_display(), format_share(p.share_milli), format_mib(p.memory_mib), occupant_of(p))
+            PartitionRow(
+                p, p.get_kind_display(), format_share(p.share_milli), format_mib(p.memory_mib), occupant_of(p, holders)
+            )
             for p in partitions
         ],
-        mig_cells=mig_diagram(partitions) if gpu.mig_enabled else [],
+        mig_cells=mig_diagram(partitions, holders) if gpu.mig_enabled else [],
     )
 
 
@@ -214,7 +222,7 @@ def _partition_count(*, used_only: bool = False) -> Coalesce:
     """
     qs = Partition.objects.filter(gpu__node=OuterRef("pk"))
     if used_only:
-        qs = qs.exclude(placement__isnull=True, pod="")
+        qs = qs.filter(occupied_partition_filter())
     counted = qs.order_by().values("gpu__node").annotate(n=Count("id")).values("n")
     return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
 
@@ -307,7 +315,7 @@ class NodeDetailView(RoleRequiredMixin, DetailView):
     slug_url_kwarg = "name"
 
     def get_queryset(self) -> QuerySet[Node]:
-        partitions = Partition.objects.select_related("placement__deployment").order_by("slot")
+        partitions = with_holder_id(Partition.objects.order_by("slot"))
         return Node.objects.prefetch_related(
             Prefetch("gpus", queryset=GPU.objects.order_by("index").prefetch_related(Prefetch("partitions", partitions)))
         )
@@ -315,7 +323,9 @@ class NodeDetailView(RoleRequiredMixin, DetailView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         node: Node = self.object
-        rows = [gpu_row(gpu) for gpu in node.gpus.all()]
+        gpus = list(node.gpus.all())
+        holders = describe_held(p for gpu in gpus for p in gpu.partitions.all())
+        rows = [gpu_row(gpu, holders) for gpu in gpus]
         partitions = [p for row in rows for p in row.partitions]
         utilizations = [row.gpu.utilization_pct for row in rows if row.gpu.utilization_pct is not None]
         context.update(
@@ -346,13 +356,13 @@ class GPUDetailView(RoleRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        partitions = Partition.objects.select_related("placement__deployment").order_by("slot")
+        partitions = with_holder_id(Partition.objects.order_by("slot"))
         gpu = get_object_or_404(
             GPU.objects.select_related("node").prefetch_related(Prefetch("partitions", partitions)),
             node__name=self.kwargs["name"],
             index=self.kwargs["index"],
         )
-        row = gpu_row(gpu)
+        row = gpu_row(gpu, describe_held(gpu.partitions.all()))
         context.update(
             node=gpu.node,
             gpu=gpu,

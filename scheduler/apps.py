@@ -6,6 +6,11 @@ class SchedulerConfig(AppConfig):
     verbose_name = "Scheduling"
 
     def ready(self) -> None:
-        # Registers the watch task in Celery's registry in every process (web included), where
-        # scheduler.services.watching looks it up by name instead of importing this module.
+        """Answer the inventory's "who holds this partition?" with the scheduler's placements, and
+        register the watch task in every process (web included): scheduler.services.watching looks
+        it up in Celery's registry by name instead of importing scheduler.tasks."""
+        from nodes.holds import register_holder
+        from scheduler.holds import PlacementHolder
+
+        register_holder(PlacementHolder())
         import scheduler.tasks  # noqa: F401

@@ -7,6 +7,7 @@ Kubernetes name them.
 from __future__ import annotations
 
 from django.db.models import Avg, Count, Q, QuerySet
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -125,10 +126,12 @@ class GPUSerializer(serializers.ModelSerializer):
 class PartitionSerializer(serializers.ModelSerializer):
     """A unit a workload can be given; `free` when held by no placement and no pod."""
 
+    # `free` and `placement` read `holder_id`: pass the queryset through nodes.holds.with_holder_id().
     url = serializers.HyperlinkedIdentityField(view_name="nodes-api:partition-detail")
     gpu = serializers.SlugRelatedField(slug_field="uuid", read_only=True)
     node = serializers.CharField(source="gpu.node.name", read_only=True, help_text="Name of the GPU's node.")
-    free = serializers.BooleanField(source="is_free", read_only=True)
+    free = serializers.SerializerMethodField()
+    placement = serializers.IntegerField(source="holder_id", read_only=True, allow_null=True)
 
     class Meta:
         model = Partition
@@ -150,3 +153,8 @@ class PartitionSerializer(serializers.ModelSerializer):
             "placement",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_free(self, partition: Partition) -> bool:
+        """Held by no placement and used by no pod."""
+        return partition.holder_id is None and not partition.pod

@@ -7,10 +7,12 @@ inventory sync and the placement services, never through these endpoints: other 
 """
 from __future__ import annotations
 
+from django.db.models import QuerySet
 from rest_framework.viewsets import ReadOnlyModelViewSet
 
 from nodes.api.serializers import GPUSerializer, NodeSerializer, PartitionSerializer, with_usage
 from nodes.filtersets import GPUFilterSet, NodeFilterSet, PartitionFilterSet
+from nodes.holds import with_holder_id
 from nodes.models import GPU, Node, Partition
 
 # Kubernetes node names are DNS subdomains: dots are common, slashes impossible.
@@ -48,3 +50,7 @@ class PartitionViewSet(ReadOnlyModelViewSet):
     filterset_class = PartitionFilterSet
     lookup_value_regex = r"[0-9]+"
     ordering_fields = ["id", "kind", "slot", "share_milli", "memory_mib", "mig_profile"]
+
+    def get_queryset(self) -> QuerySet[Partition]:
+        # Per request, not at import: the holder is registered when the apps are ready.
+        return with_holder_id(super().get_queryset())

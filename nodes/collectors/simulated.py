@@ -2,12 +2,12 @@
 
 The demo and the tests have no GPUs, yet the charts, idle detection and the scheduler's
 utilization thresholds need numbers that behave like real ones. This collector derives them from
-the inventory (GPU rows and their occupied partitions, which inventory sync fills from the
-simulated cluster's pods and the placement engine from placements):
+the inventory (GPU rows and their occupied partitions: pods that inventory sync found on the
+simulated cluster, and partitions held by the placement engine, asked through nodes.holds):
 
 - utilization_pct = sum over occupants of (share of the GPU x load factor) x 100, plus a little
   noise; the load factor depends on the kind of workload (training ~0.9, serving ~0.55,
-  notebooks ~0.15, see `_WORKLOAD_LOAD`), guessed from the deployment's workload type or from the
+  notebooks ~0.15, see `_WORKLOAD_LOAD`), the holder's workload type or else guessed from the
   pod's namespace and name, and drifts slowly. A GPU with nothing on it idles at 0-3 %.
 - memory_used_mib = memory handed out on the GPU (GPU.allocated_memory_mib) x how full the
   occupants keep it, plus ~300 MiB CUDA context per occupant, capped at the GPU's memory.
@@ -35,6 +35,7 @@ from django.db.models import Q
 
 from nodes.catalog import CATALOG
 from nodes.collectors.base import GPUReading, MIGInstanceReading
+from nodes.holds import partition_holder, with_holder_id
 from nodes.models import GPU, Partition
 from nodes.vocabulary import SHARE_MILLI_FULL
 
@@ -72,7 +73,7 @@ _JITTER_PERIOD_S = 30.0
 
 @dataclass(frozen=True)
 class _Occupant:
-    key: str  # pod "namespace/name" or "placement-<id>": what makes its load its own
+    key: str  # pod "namespace/name" or "placement-<holder id>": what makes its load its own
     workload: str
     share_milli: int
 
@@ -139,18 +140,20 @@ class SimulatedCollector:
         occupants: dict[int, list[_Occupant]] = defaultdict(list)
         mig: dict[int, list[MIGInstanceReading]] = defaultdict(list)
         rows = (
-            Partition.objects.filter(gpu__node__ready=True)
-            .filter(Q(placement__isnull=False) | ~Q(pod="") | Q(kind="mig"))
+            with_holder_id(Partition.objects.filter(gpu__node__ready=True))
+            .annotate(holder_workload_type=partition_holder().workload_type_expression())
+            .filter(Q(holder_id__isnull=False) | ~Q(pod="") | Q(kind="mig"))
             .values_list("gpu_id", "kind", "share_milli", "memory_mib", "mig_profile", "mig_start", "mig_size",
-                         "mig_device_uuid", "pod", "placement_id", "placement__deployment__workload_type")
+                         "mig_device_uuid", "pod", "holder_id", "holder_workload_type")
             .order_by("gpu_id", "slot")
         )
-        for (gpu_id, kind, share_milli, memory_mib, profile, start, size, device_uuid, pod, placement_id,
+        for (gpu_id, kind, share_milli, memory_mib, profile, start, size, device_uuid, pod, holder_id,
              workload_type) in rows:
             if kind == "mig":
                 mig[gpu_id].append(MIGInstanceReading(profile, start, size, memory_mib, device_uuid))
-            if placement_id is not None or pod:
-                key = pod or f"placement-{placement_id}"
+            if holder_id is not None or pod:
+                # Part of the noise seed: another prefix would change every held partition's readings.
+                key = pod or f"placement-{holder_id}"
                 occupants[gpu_id].append(_Occupant(key, _classify(pod, workload_type), share_milli))
         return occupants, {gpu_id: tuple(items) for gpu_id, items in mig.items()}
 

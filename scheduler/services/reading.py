@@ -6,7 +6,7 @@ from typing import Any
 from django.db.models import Q
 
 from lifecycle.models import AuditEvent
-from nodes.models import SHARE_MILLI_FULL
+from nodes.vocabulary import SHARE_MILLI_FULL
 from scheduler.choices import DecisionOutcome
 from scheduler.models import Deployment, Placement
 

@@ -5,7 +5,7 @@ import pytest
 
 from nodes.models import GPU, Partition
 from scheduler.models import Deployment, Placement
-from tests.nodes.factories import make_node, make_partition
+from tests.nodes.factories import hold_partition, make_node, make_partition
 
 pytestmark = pytest.mark.django_db
 
@@ -37,9 +37,9 @@ def layout(db) -> dict[str, Partition]:
     make_partition(mps_gpu, "mps", slot=0, share_milli=500, memory_mib=40960)
     held = make_partition(mps_gpu, "mps", slot=1, share_milli=500, memory_mib=40960)
     deployment = Deployment.objects.create(name="llama", model="llama-3-8b", memory_mib=16000)
-    held.placement = Placement.objects.create(deployment=deployment, node=mps)
-    held.save()
-    return {"held": held}
+    placement = Placement.objects.create(deployment=deployment, node=mps)
+    hold_partition(held, placement)
+    return {"held": held, "placement": placement}
 
 
 def test_it_lists_partitions_with_every_contract_field(viewer_api, layout):
@@ -65,7 +65,7 @@ def test_it_shows_who_holds_a_partition(viewer_api, layout):
     rows = {(row["node"], row["slot"]): row for row in viewer_api.get("/api/v1/partitions/").json()["results"]}
 
     assert (rows["ex", 0]["free"], rows["ex", 0]["pod"], rows["ex", 0]["placement"]) == (False, "serving/llama-0", None)
-    assert (rows["mp", 1]["free"], rows["mp", 1]["placement"]) == (False, layout["held"].placement_id)
+    assert (rows["mp", 1]["free"], rows["mp", 1]["placement"]) == (False, layout["placement"].pk)
     assert (rows["mp", 0]["free"], rows["mp", 0]["pod"], rows["mp", 0]["placement"]) == (True, "", None)
     # Non-MIG partitions carry no MIG geometry.
     assert (rows["mp", 0]["mig_profile"], rows["mp", 0]["mig_start"], rows["mp", 0]["mig_size"]) == ("", None, None)

@@ -8,6 +8,7 @@ from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
 from nodes.cluster.base import get_cluster
+from nodes.holds import free_partition_filter
 from nodes.mig import validate_placements
 from nodes.models import GPU, Node, Partition
 from scheduler.models import Deployment, Placement
@@ -90,7 +91,7 @@ def test_it_runs_shared_workloads_on_several_nodes_and_leaves_most_capacity_free
     assert len(set(occupied.values_list("gpu__node__name", flat=True))) >= 8
     assert set(occupied.values_list("kind", flat=True)) == {"exclusive", "mig", "mps", "mps-weighted", "timeslice"}
     for node in Node.objects.all():
-        free_partitions = Partition.objects.filter(gpu__node=node, pod="", hold__isnull=True)
+        free_partitions = Partition.objects.filter(free_partition_filter(), gpu__node=node)
         free_weighted = GPU.objects.filter(node=node, allocated_milli=0)
         assert free_partitions.exists() or free_weighted.exists(), node.name
     total_milli = GPU.objects.count() * 1000

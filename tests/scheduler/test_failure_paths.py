@@ -17,8 +17,8 @@ from rest_framework.test import APIClient
 from gpuplane.celery import app
 from nodes.cluster.base import ClusterError
 from nodes.cluster.sim import SimulatedCluster
+from nodes.inventory.sync import sync_inventory
 from nodes.models import Partition
-from nodes.services import sync_inventory
 from scheduler import services
 from scheduler.choices import DeploymentStatus
 from scheduler.models import Deployment

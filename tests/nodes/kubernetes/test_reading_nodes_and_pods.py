@@ -6,10 +6,8 @@ content types, bodies, query parameters, auth) and how it reads the answers.
 """
 from __future__ import annotations
 
-from nodes.cluster.base import (
-    Taint,
-)
 from nodes.cluster.kubernetes import KubernetesCluster
+from nodes.vocabulary import Taint
 from tests.nodes.kubernetes import api_objects as k8s
 from tests.nodes.kubernetes.fake_api import Reply
 

@@ -51,7 +51,7 @@ def test_every_import_is_stdlib_numpy_or_a_pure_module(path):
 
 def test_the_checker_itself_rejects_django_and_orm_imports():
     for name in ("django.db", "rest_framework", "celery", "gpuplane.settings", "nodes.models", "scheduler.models",
-                 "nodes.services", "requests", ".sibling"):
+                 "nodes.inventory.sync", "requests", ".sibling"):
         assert not _allowed(name), name
     for name in ("numpy", "dataclasses", "nodes.catalog", "nodes.mig", "nodes.contract", "nodes.vocabulary",
                  "scheduler.core.types"):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodes.services import sync_inventory
+from nodes.inventory.sync import sync_inventory
 from scheduler import services
 from tests.scheduler.inventory import FakeClock, capacity_state, check_invariants, demo_cluster
 from tests.scheduler.services.specs import spec
