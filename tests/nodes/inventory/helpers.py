@@ -15,6 +15,7 @@ from nodes.holds import free_partition_filter, with_holder_id
 from nodes.models import GPU, Node, Partition
 from nodes.vocabulary import Taint
 from scheduler.models import Deployment, Placement
+from tests.nodes.factories import hold_partition
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 H100_MIB = 81559  # what GFD reports for an H100 80GB HBM3
