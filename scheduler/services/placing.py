@@ -73,7 +73,8 @@ def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, sp
     backend = cluster if cluster is not None else get_cluster()
     placements = _decide_and_reserve(deployment, request, indexes, user)
     _start(deployment, placements, backend, new=new)
-    return placements
+    return list(Placement.objects.filter(pk__in=[p.pk for p in placements]).select_related("node")
+                .order_by("replica_index"))
 
 
 def release_replica(deployment: Deployment, replica_index: int, *, user: Any = None, reason: str = "",

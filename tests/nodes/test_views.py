@@ -11,6 +11,7 @@ from nodes.models import GPU, Node, Partition
 from nodes.views import MIGCell, mig_diagram, sharing_label
 from nodes.vocabulary import PartitionKind, SharingMode
 from scheduler.models import Deployment, Placement
+from tests.nodes.factories import hold_partition
 
 pytestmark = pytest.mark.django_db
 
@@ -25,9 +26,13 @@ def make_gpu(node: Node, index: int, *, model: str = H100, memory_mib: int = H10
 
 
 def make_partition(gpu: GPU, slot: int, kind: str, share_milli: int, memory_mib: int, **fields) -> Partition:
-    return Partition.objects.create(
+    placement = fields.pop("placement", None)
+    partition = Partition.objects.create(
         gpu=gpu, slot=slot, kind=kind, share_milli=share_milli, memory_mib=memory_mib, **fields
     )
+    if placement is not None:
+        hold_partition(partition, placement)
+    return partition
 
 
 def mig(gpu: GPU, slot: int, profile: str, start: int, size: int, **fields) -> Partition:

@@ -101,8 +101,8 @@ def test_mixed_1_2_4_8_gpu_deploys_never_over_allocate(operator):
     assert held.count() == placed_gpus
     assert held.values("pk").distinct().count() == placed_gpus
     # Every placement holds exactly its gang, on one node.
-    for placement in Placement.objects.prefetch_related("partitions__gpu"):
-        gpus = list(placement.partitions.all())
+    for placement in Placement.objects.prefetch_related("holds__partition__gpu"):
+        gpus = [hold.partition for hold in placement.holds.all()]
         assert len(gpus) == placement.deployment.gpu_count
         assert {p.gpu.node_id for p in gpus} == {placement.node_id}
     check_invariants()

@@ -44,7 +44,8 @@ def test_holds_survive_the_move_to_the_scheduler_side_and_back():
         services.deploy(DeploySpec(name=name, model="m", memory_gb=memory, sharing=sharing, replicas=replicas),
                         cluster=cluster)
     clock.advance(5)
-    services.sweep_deployments(cluster=cluster)
+    for deployment in Deployment.objects.all():
+        services.watch_deployment(deployment.pk, cluster=cluster)
     holds, gpus, placements, partitions = snapshot()
     assert len(holds) >= 5
     assert Deployment.objects.filter(status="running").count() == 4

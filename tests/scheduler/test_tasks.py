@@ -75,7 +75,7 @@ def test_a_deployment_never_placed_is_failed_after_the_timeout(cluster, settings
 
     deployment.refresh_from_db()
     assert deployment.status == DeploymentStatus.FAILED and "never placed" in deployment.message
-    assert not deployment.placements.filter(partitions__isnull=False).exists()
+    assert not deployment.placements.filter(holds__isnull=False).exists()
 
 
 def test_a_vanished_workload_fails_the_deployment(cluster):

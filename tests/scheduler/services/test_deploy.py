@@ -92,7 +92,7 @@ def test_a_mig_replica_requests_its_profile_and_names_its_instance(cluster):
     deployment = services.deploy(spec(name="mig", memory_gb=4, sharing="mig"), cluster=cluster)
 
     (placement,) = deployment.placements.all()
-    (held,) = placement.partitions.all()
+    (held,) = Partition.objects.filter(hold__placement=placement)
     assert placement.mig_profile == held.mig_profile and held.kind == PartitionKind.MIG
     manifest = workload(cluster, placement.workload_name)
     pod = manifest["spec"]["template"]
