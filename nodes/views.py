@@ -24,6 +24,7 @@ from nodes.api.series import DEFAULT_RANGE, RANGES
 from nodes.catalog import MIG_MEMORY_SLICES
 from nodes.filtersets import NodeFilterSet
 from nodes.holds import HolderInfo, describe_held, occupied_partition_filter, with_holder_id
+from nodes.inventory.audit import node_events
 from nodes.models import GPU, Node, Partition
 from nodes.summaries import memory_used_pct
 from nodes.vocabulary import SHARE_MILLI_FULL, SharingMode
@@ -345,6 +346,8 @@ class NodeDetailView(RoleRequiredMixin, DetailView):
                 reverse("nodes-api:node-series", args=[node.name]),
                 has_samples=any(row.gpu.sampled_at is not None for row in rows),
             ),
+            events=node_events(node),
+            audit_api_query=f"object_type=nodes.node&object_id={node.pk}",
         )
         return context
 

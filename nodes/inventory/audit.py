@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lifecycle.audit import SYSTEM_INVENTORY_SYNC, AuditEntry
+from django.db.models import Q
+
+from lifecycle.audit import SYSTEM_INVENTORY_SYNC, AuditEntry, object_type_of
+from lifecycle.models import AuditEvent
 from nodes.models import GPU, Node
 
 NODE_CREATED = "node.created"
@@ -95,3 +98,11 @@ def _gpu_repr(node_name: str, index: int) -> str:
 def _changed_labels(old: Mapping[str, str], new: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     keys = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
     return {k: old[k] for k in sorted(keys) if k in old}, {k: new[k] for k in sorted(keys) if k in new}
+
+
+def node_events(node: Node, limit: int = 50) -> list[AuditEvent]:
+    """The audit trail of a node and of its GPUs (those it has now), newest first."""
+    gpu_ids = [str(pk) for pk in node.gpus.values_list("pk", flat=True)]
+    about = Q(object_type=object_type_of(Node), object_id=str(node.pk)) | Q(
+        object_type=object_type_of(GPU), object_id__in=gpu_ids)
+    return list(AuditEvent.objects.filter(about)[:limit])
