@@ -1,8 +1,13 @@
-"""Statuses only the Django side keeps (the request words are ``scheduler.core.types`` enums)."""
-from django.db import models
+"""Statuses only the Django side keeps (the request words are ``scheduler.core.types`` enums).
+
+Labelled string enums like every other word of the vocabulary (``nodes.vocabulary``): the
+members are plain strings for the database and type checkers, and Django's choices derive from
+them (``choices=DeploymentStatus.choices`` on model fields, ``DeploymentStatus.choices()`` elsewhere).
+"""
+from nodes.vocabulary import LabelledStrEnum
 
 
-class DeploymentStatus(models.TextChoices):
+class DeploymentStatus(LabelledStrEnum):
     PENDING = "pending", "Pending"
     PLACED = "placed", "Placed"
     RUNNING = "running", "Running"
@@ -10,7 +15,7 @@ class DeploymentStatus(models.TextChoices):
     DELETED = "deleted", "Deleted"
 
 
-class PlacementStatus(models.TextChoices):
+class PlacementStatus(LabelledStrEnum):
     RESERVED = "reserved", "Reserved"
     BINDING = "binding", "Binding"
     RUNNING = "running", "Running"
@@ -18,7 +23,7 @@ class PlacementStatus(models.TextChoices):
     RELEASED = "released", "Released"
 
 
-class DecisionOutcome(models.TextChoices):
+class DecisionOutcome(LabelledStrEnum):
     """What one replica's placement decision came to (scheduler.models.Decision.outcome)."""
 
     PLACED = "placed", "Placed by gpuplane"

@@ -184,7 +184,7 @@ def _namespaces() -> list[tuple[str, str]]:
 class DeploymentFilterSet(django_filters.FilterSet):
     """Filters of the deployments list: status and namespace (an unknown value is a form error)."""
 
-    status = django_filters.ChoiceFilter(choices=DeploymentStatus.choices, empty_label="Any", label="Status")
+    status = django_filters.ChoiceFilter(choices=DeploymentStatus.choices(), empty_label="Any", label="Status")
     namespace = django_filters.ChoiceFilter(choices=_namespaces, empty_label="Any", label="Namespace")
 
     class Meta:

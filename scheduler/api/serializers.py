@@ -143,7 +143,7 @@ class DecisionSerializer(serializers.ModelSerializer):
     """One replica's stored decision; ``matrix`` is the placement core's ``ScheduleResult.to_dict()``."""
 
     node = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
-    outcome = serializers.ChoiceField(choices=DecisionOutcome.choices)
+    outcome = serializers.ChoiceField(choices=DecisionOutcome.choices())
     weights = serializers.DictField(child=serializers.FloatField())
     matrix = serializers.DictField(
         help_text="request, classification, need, profile, weights, plugins (score plugins in profile order), "

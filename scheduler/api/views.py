@@ -36,7 +36,7 @@ from scheduler.models import Deployment, Placement
 class DeploymentAPIFilterSet(django_filters.FilterSet):
     """`?status=` (repeatable; an unknown status is a 400) and `?namespace=` (exact)."""
 
-    status = django_filters.MultipleChoiceFilter(choices=DeploymentStatus.choices)
+    status = django_filters.MultipleChoiceFilter(choices=DeploymentStatus.choices())
     namespace = django_filters.CharFilter(validators=[ProhibitNullCharactersValidator()])
 
     class Meta:

@@ -37,7 +37,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from django.db import OperationalError, connection
-from django.db.models import Exists, F, OuterRef, Value
+from django.db.models import Exists, F, OuterRef, QuerySet, Value
 from django.db.models.functions import Greatest
 
 from nodes.models import GPU, Partition
@@ -76,7 +76,7 @@ def lock_gpus(gpu_pks: Iterable[int]) -> None:
         list(GPU.objects.select_for_update().filter(pk__in=pks).order_by("pk").values_list("pk", flat=True))
 
 
-def _free(partition_pk: int, kind: str):  # type: ignore[no-untyped-def]
+def _free(partition_pk: int, kind: str) -> QuerySet[Partition]:
     """The partition row, if it is still of ``kind`` and free: no pod on it and no holder."""
     held = PartitionHold.objects.filter(partition_id=OuterRef("pk"))
     return Partition.objects.filter(pk=partition_pk, kind=kind, pod="").exclude(Exists(held))

@@ -58,7 +58,7 @@ def delete_deployment(deployment: Deployment, *, user: Any = None, cluster: Clus
     if failures:
         raise ClusterError(f"could not delete the workloads of {deployment}: {'; '.join(failures)}")
     who = f" by {user.get_username()}" if getattr(user, "is_authenticated", False) else ""
-    others = [status for status in DeploymentStatus.values if status != DeploymentStatus.DELETED]
+    others = [status for status in DeploymentStatus.values() if status != DeploymentStatus.DELETED]
     with transaction.atomic():
         if transition(Deployment, deployment.pk, others, DeploymentStatus.DELETED, actor=actor_name(user),
                       reason=f"deleted{who}", values={"message": f"deleted{who}"}):
