@@ -346,7 +346,7 @@ class NodeDetailView(RoleRequiredMixin, DetailView):
                 reverse("nodes-api:node-series", args=[node.name]),
                 has_samples=any(row.gpu.sampled_at is not None for row in rows),
             ),
-            events=node_events(node),
+            events=node_events(node, [gpu.pk for gpu in gpus]),
             audit_api_query=f"object_type=nodes.node&object_id={node.pk}",
         )
         return context

@@ -7,7 +7,7 @@ every pod and are shown by the pages as they are).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db.models import Q
@@ -100,9 +100,9 @@ def _changed_labels(old: Mapping[str, str], new: Mapping[str, str]) -> tuple[dic
     return {k: old[k] for k in sorted(keys) if k in old}, {k: new[k] for k in sorted(keys) if k in new}
 
 
-def node_events(node: Node, limit: int = 50) -> list[AuditEvent]:
-    """The audit trail of a node and of its GPUs (those it has now), newest first."""
-    gpu_ids = [str(pk) for pk in node.gpus.values_list("pk", flat=True)]
+def node_events(node: Node, gpu_ids: Iterable[int], limit: int = 50) -> list[AuditEvent]:
+    """The audit trail of a node and of its GPUs ``gpu_ids`` (those it has now), newest first; one query."""
+    gpu_ids = [str(pk) for pk in gpu_ids]
     about = Q(object_type=object_type_of(Node), object_id=str(node.pk)) | Q(
         object_type=object_type_of(GPU), object_id__in=gpu_ids)
     return list(AuditEvent.objects.filter(about)[:limit])

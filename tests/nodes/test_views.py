@@ -359,7 +359,7 @@ def test_pages_use_a_fixed_number_of_queries(viewer_client, cluster, django_asse
     with django_assert_max_num_queries(7):
         viewer_client.get("/nodes/")
     for name in ("gpu-mig-b", "gpu-mps-a"):  # a placement occupant; 2 GPUs x 4 partitions
-        with django_assert_max_num_queries(8):
+        with django_assert_max_num_queries(9):  # 8 + the node's audit trail
             viewer_client.get(f"/nodes/{name}/")
     with django_assert_max_num_queries(10):  # 9 + the heatmap's one query over all GPUs
         viewer_client.get("/")
