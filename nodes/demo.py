@@ -47,7 +47,7 @@ from nodes.holds import occupied_partition_filter, partition_holder
 from nodes.inventory.report import SyncReport
 from nodes.inventory.sync import sync_inventory
 from nodes.models import GPU, Node, Partition
-from nodes.sharing import device_plugin_config
+from nodes.sharing.device_plugin import device_plugin_config
 
 H100_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 A100_PRODUCT = "NVIDIA-A100-SXM4-40GB"

@@ -12,7 +12,7 @@ from celery import shared_task
 from django.conf import settings
 
 from lifecycle.locks import claim_slot, interval_slot, single_run
-from nodes.collectors.base import get_collector
+from nodes.collectors.backends import get_collector
 from nodes.inventory.sync import sync_inventory
 from nodes.telemetry.readings import store_readings
 from nodes.telemetry.rollup import rollup_and_expire

@@ -123,15 +123,3 @@ class ClusterBackend(Protocol):
         """Delete the device plugin pod on a node so that it restarts and re-reads its config."""
         ...
 
-
-def get_cluster() -> ClusterBackend:
-    """The backend named by settings.GPUPLANE_CLUSTER."""
-    from django.conf import settings
-
-    if settings.GPUPLANE_CLUSTER == "kubernetes":
-        from nodes.cluster.kubernetes import KubernetesCluster
-
-        return KubernetesCluster.from_settings()
-    from nodes.cluster.sim import SimulatedCluster
-
-    return SimulatedCluster(settings.GPUPLANE_SIMULATED_STATE)

@@ -8,7 +8,8 @@ Reads ask for the raw JSON (`_preload_content=False`) and hand it to `nodes.clus
 same parser the simulated cluster uses; the client's generated models are never used for reading,
 so both backends interpret labels and quantities identically. Every API or transport failure
 leaves this module as a `ClusterError` (or its subclasses `NotFound` and `EvictionBlocked`) whose
-message names the operation, the HTTP status, the API's reason and its message.
+message names the operation, the HTTP status, the API's reason and its message
+(`nodes.cluster.api_errors` writes it).
 """
 from __future__ import annotations
 
@@ -21,14 +22,8 @@ from typing import Any, TypeVar
 import urllib3
 from kubernetes import client, config
 
-from nodes.cluster.base import (
-    ClusterError,
-    ClusterNode,
-    ClusterPod,
-    EvictionBlocked,
-    NotFound,
-    WorkloadSpec,
-)
+from nodes.cluster.api_errors import Conflict, api_error, transport_reason
+from nodes.cluster.base import ClusterError, ClusterNode, ClusterPod, NotFound, WorkloadSpec
 from nodes.cluster.manifests import deployment_manifest
 from nodes.cluster.parsing import parse_node, parse_pod
 
@@ -257,7 +252,7 @@ class KubernetesCluster:
                     _request_timeout=self.request_timeout_s,
                 ),
             )
-        except _Conflict as exc:
+        except Conflict as exc:
             raise ClusterError(f"{action}: deployment {spec.namespace}/{spec.name} already exists ({exc})") from None
 
     def scale_workload(self, namespace: str, name: str, replicas: int) -> None:
@@ -361,13 +356,9 @@ class KubernetesCluster:
         try:
             return call()
         except client.ApiException as exc:
-            raise _api_error(action, exc, self.host, too_many_requests_is_eviction_block) from None
+            raise api_error(action, exc, self.host, too_many_requests_is_eviction_block) from None
         except urllib3.exceptions.HTTPError as exc:
-            raise ClusterError(f"{action}: cannot reach the Kubernetes API at {self.host}: {_transport_reason(exc)}") from None
-
-
-class _Conflict(ClusterError):
-    """HTTP 409 (AlreadyExists or Conflict); callers rephrase it for their operation."""
+            raise ClusterError(f"{action}: cannot reach the Kubernetes API at {self.host}: {transport_reason(exc)}") from None
 
 
 def _json_content() -> dict[str, str]:
@@ -384,53 +375,3 @@ def _client_from_kubeconfig(path: str) -> client.ApiClient:
     # wrong with the file; all of them mean "this kubeconfig is unusable".
     except Exception as exc:  # noqa: BLE001
         raise ClusterError(f"cannot load kubeconfig {path!r}: {type(exc).__name__}: {exc}") from None
-
-
-def _api_error(action: str, exc: client.ApiException, host: str, too_many_requests_is_eviction_block: bool) -> ClusterError:
-    """An ApiException as a readable ClusterError: '<action>: HTTP <code> <reason>: <API message> (<causes>)'."""
-    status = int(exc.status or 0)
-    if status == 0:
-        # The client reports TLS failures and unusable requests with status 0: nothing was answered.
-        return ClusterError(f"{action}: cannot reach the Kubernetes API at {host}: {str(exc.reason).strip()}")
-    reason, message, causes = _status_details(exc)
-    text = f"{action}: HTTP {status} {reason}"
-    if message:
-        text += f": {message}"
-    if causes:
-        text += f" ({'; '.join(causes)})"
-    if status == 404:
-        return NotFound(text)
-    if status == 409:
-        return _Conflict(text)
-    if status == 429 and too_many_requests_is_eviction_block:
-        return EvictionBlocked(text)
-    return ClusterError(text)
-
-
-def _status_details(exc: client.ApiException) -> tuple[str, str, list[str]]:
-    """(reason, message, cause messages) from the metav1.Status body the API server sends with errors."""
-    reason = str(exc.reason or "")
-    message = ""
-    causes: list[str] = []
-    try:
-        body = json.loads(exc.body) if exc.body else None
-    except (TypeError, ValueError):
-        body = None
-    if isinstance(body, dict) and body.get("kind") == "Status":
-        reason = str(body.get("reason") or reason)
-        message = str(body.get("message") or "")
-        details = body.get("details") or {}
-        causes = [str(c.get("message")) for c in details.get("causes") or [] if isinstance(c, dict) and c.get("message")]
-        retry_after_s = details.get("retryAfterSeconds")
-        if retry_after_s:
-            causes.append(f"retry after {retry_after_s}s")
-    elif exc.body:
-        # Not a Status object (a proxy or load balancer answered): show the start of what came back.
-        message = str(exc.body).strip()[:200]
-    return reason, message, causes
-
-
-def _transport_reason(exc: urllib3.exceptions.HTTPError) -> str:
-    # MaxRetryError wraps the real cause (connection refused, DNS, timeout) in `.reason`.
-    inner = getattr(exc, "reason", None)
-    return str(inner if inner is not None else exc)

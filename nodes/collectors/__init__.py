@@ -1,7 +1,8 @@
 """Telemetry collectors behind one interface (see base.py).
 
 Only the interface is imported here: `nodes.collectors.nvml` needs the NVIDIA driver's library
-and `nodes.collectors.simulated` the ORM, so each is imported where it is used.
+and `nodes.collectors.simulated` the ORM, so each is imported where it is used, and
+`nodes.collectors.backends.get_collector()` picks the server's collector.
 """
 from nodes.collectors.base import (
     Collector,
@@ -9,7 +10,6 @@ from nodes.collectors.base import (
     GPUReading,
     MIGInstanceReading,
     ProcessReading,
-    get_collector,
 )
 
 __all__ = [
@@ -18,5 +18,4 @@ __all__ = [
     "GPUReading",
     "MIGInstanceReading",
     "ProcessReading",
-    "get_collector",
 ]

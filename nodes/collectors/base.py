@@ -1,4 +1,4 @@
-"""What every telemetry collector returns, and how the server picks its collector.
+"""What every telemetry collector returns: the Collector protocol and its reading types.
 
 A collector reads the GPUs it can see (NVML on one node, DCGM exporter through Prometheus for the
 whole cluster, or the simulator) and returns one `GPUReading` per GPU. A reading never lies about
@@ -145,27 +145,4 @@ class Collector(Protocol):
     def collect(self) -> list[GPUReading]:
         """Read every GPU the source sees now; raise CollectorUnavailable when it sees nothing."""
         ...
-
-
-def get_collector() -> Collector | None:
-    """The collector poll_metrics_task uses, chosen by settings.GPUPLANE_TELEMETRY_SOURCE.
-
-    "simulated" -> SimulatedCollector(settings.TELEMETRY_SIMULATION_SEED), "dcgm" ->
-    DCGMPrometheusCollector(settings.GPUPLANE_PROMETHEUS_URL), "none" -> None (node agents push
-    their NVML readings to the API instead; the server polls nothing).
-    """
-    from django.conf import settings
-
-    source = settings.GPUPLANE_TELEMETRY_SOURCE
-    if source == "simulated":
-        from nodes.collectors.simulated import SimulatedCollector
-
-        return SimulatedCollector(seed=settings.TELEMETRY_SIMULATION_SEED)
-    if source == "dcgm":
-        from nodes.collectors.prometheus import DCGMPrometheusCollector
-
-        return DCGMPrometheusCollector(settings.GPUPLANE_PROMETHEUS_URL)
-    if source == "none":
-        return None
-    raise ValueError(f"unknown GPUPLANE_TELEMETRY_SOURCE {source!r} (simulated, dcgm or none)")
 

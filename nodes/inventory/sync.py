@@ -24,7 +24,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from lifecycle.audit import record_many
-from nodes.cluster.base import ClusterBackend, ClusterNode, ClusterPod, get_cluster
+from nodes.cluster.backends import get_cluster
+from nodes.cluster.base import ClusterBackend, ClusterNode, ClusterPod
 from nodes.holds import partition_holder
 from nodes.inventory.binding import bind_pods
 from nodes.inventory.gpu_rows import plan_gpu_rows, write_gpu_rows, write_partition_rows

@@ -13,7 +13,8 @@ from django.db import transaction
 
 from lifecycle.audit import actor_name
 from lifecycle.transitions import transition
-from nodes.cluster.base import ClusterBackend, ClusterError, get_cluster
+from nodes.cluster.backends import get_cluster
+from nodes.cluster.base import ClusterBackend, ClusterError
 from scheduler.choices import DeploymentStatus
 from scheduler.models import Deployment
 from scheduler.services.execution import delete_workloads, workload_names

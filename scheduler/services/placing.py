@@ -22,7 +22,8 @@ from django.utils import timezone
 
 from lifecycle.audit import AuditEntry, record, record_many
 from lifecycle.transitions import transition
-from nodes.cluster.base import ClusterBackend, ClusterError, NotFound, get_cluster
+from nodes.cluster.backends import get_cluster
+from nodes.cluster.base import ClusterBackend, ClusterError, NotFound
 from scheduler.adapters import build_snapshot, namespace_quota
 from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
 from scheduler.models import Decision, Deployment, Placement

@@ -24,7 +24,8 @@ from django.utils import timezone
 
 from lifecycle.audit import SYSTEM_WATCHER
 from lifecycle.transitions import transition
-from nodes.cluster.base import ClusterBackend, ClusterError, NotFound, get_cluster
+from nodes.cluster.backends import get_cluster
+from nodes.cluster.base import ClusterBackend, ClusterError, NotFound
 from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.models import Deployment, Placement
 from scheduler.services.capacity import release_placements

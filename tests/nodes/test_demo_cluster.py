@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import Sum
 
-from nodes.cluster.base import get_cluster
+from nodes.cluster.backends import get_cluster
 from nodes.holds import free_partition_filter
 from nodes.mig import validate_placements
 from nodes.models import GPU, Node, Partition

@@ -182,7 +182,7 @@ def test_readings_carry_exactly_the_metrics_storage_accepts():
 
 @pytest.mark.django_db
 def test_the_default_collector_follows_the_setting(settings):
-    from nodes.collectors.base import get_collector
+    from nodes.collectors.backends import get_collector
     from nodes.collectors.prometheus import DCGMPrometheusCollector
 
     settings.GPUPLANE_TELEMETRY_SOURCE = "simulated"

@@ -5,19 +5,21 @@ import textwrap
 import pytest
 import yaml
 
-from nodes.sharing import (
-    InvalidSharingConfig,
+from nodes.sharing.configmap import to_yaml
+from nodes.sharing.device_plugin import (
     SharingSpec,
     check_mps_client_limit,
     device_plugin_config,
     device_plugin_configmap,
+    validate_device_plugin_config,
+)
+from nodes.sharing.mig_parted import (
     mig_parted_config,
     mig_parted_configmap,
-    to_yaml,
-    validate_device_plugin_config,
     validate_mig_entries,
     validate_mig_parted_config,
 )
+from nodes.sharing.schema import InvalidSharingConfig
 
 
 def _yaml(text: str) -> str:

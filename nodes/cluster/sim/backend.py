@@ -201,7 +201,7 @@ class SimulatedCluster:
     def set_device_plugin_config(self, name: str, config: dict[str, Any]) -> None:
         """Add or replace the named entry of the device plugin ConfigMap.
 
-        `config` is the parsed YAML (`nodes.sharing.device_plugin_config`); an invalid one raises
+        `config` is the parsed YAML (`nodes.sharing.device_plugin.device_plugin_config`); an invalid one raises
         ClusterError, as the plugin would crash-loop on it. Nodes pick it up only on restart.
         """
         device_plugin.check_device_plugin_config(name, config)

@@ -39,15 +39,15 @@ from nodes.contract import (
     STRATEGY_MPS,
     STRATEGY_NONE,
 )
-from nodes.sharing import (
+from nodes.sharing.configmap import GPU_OPERATOR_NAMESPACE
+from nodes.sharing.device_plugin import (
     DEVICE_PLUGIN_CONFIGMAP,
-    GPU_OPERATOR_NAMESPACE,
-    InvalidSharingConfig,
     SharingSpec,
     check_mps_client_limit,
     device_plugin_configmap,
     validate_device_plugin_config,
 )
+from nodes.sharing.schema import InvalidSharingConfig
 
 # The simulated GPU operator is installed with ClusterPolicy mig.strategy=mixed: MIG instances show
 # up as nvidia.com/mig-<profile> next to whole GPUs. A device plugin config's flags.migStrategy

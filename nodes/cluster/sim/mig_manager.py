@@ -22,14 +22,14 @@ from nodes.cluster.sim.objects import record_event
 from nodes.cluster.sim.store import State
 from nodes.contract import LABEL_GPU_COUNT, LABEL_MIG_CONFIG_STATE
 from nodes.mig import InvalidMIGLayout, plan_layout
-from nodes.sharing import (
-    GPU_OPERATOR_NAMESPACE,
+from nodes.sharing.configmap import GPU_OPERATOR_NAMESPACE
+from nodes.sharing.mig_parted import (
     MIG_PARTED_CONFIGMAP,
     MIG_PARTED_CONFIGMAP_KEY,
-    InvalidSharingConfig,
     mig_parted_configmap,
     validate_mig_parted_config,
 )
+from nodes.sharing.schema import InvalidSharingConfig
 
 # Configs the GPU operator's default mig-parted ConfigMap always has.
 BUILTIN_MIG_CONFIGS: dict[str, list[dict[str, Any]]] = {

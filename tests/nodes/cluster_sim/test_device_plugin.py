@@ -4,7 +4,7 @@ import pytest
 
 from nodes.catalog import lookup_product
 from nodes.cluster.base import ClusterError
-from nodes.sharing import device_plugin_config
+from nodes.sharing.device_plugin import device_plugin_config
 from tests.nodes.cluster_sim.helpers import A100_80, H100, node
 
 

@@ -6,7 +6,7 @@ from nodes.catalog import lookup_product
 from nodes.cluster.base import ClusterError
 from nodes.cluster.sim import mig_uuid
 from nodes.mig import plan_layout
-from nodes.sharing import device_plugin_config
+from nodes.sharing.device_plugin import device_plugin_config
 from tests.nodes.cluster_sim.helpers import H100, node
 
 

@@ -1,7 +1,7 @@
 """The simulated scheduler and kubelet: binding, readiness delay, the scheduler's reasons, admission."""
 
 
-from nodes.sharing import device_plugin_config
+from nodes.sharing.device_plugin import device_plugin_config
 from tests.nodes.cluster_sim.helpers import A100_80, gpu, node, pods_of, raw_pod, workload
 
 

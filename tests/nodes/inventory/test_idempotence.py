@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from nodes.cluster.base import get_cluster
+from nodes.cluster.backends import get_cluster
 from nodes.demo import load_demo_cluster
 from nodes.inventory.sync import sync_inventory
 from nodes.models import Node

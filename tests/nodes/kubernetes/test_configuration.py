@@ -11,11 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nodes.cluster.base import (
-    ClusterBackend,
-    ClusterError,
-    get_cluster,
-)
+from nodes.cluster.backends import get_cluster
+from nodes.cluster.base import ClusterBackend, ClusterError
 from nodes.cluster.kubernetes import KubernetesCluster
 from tests.nodes.kubernetes import api_objects as k8s
 
