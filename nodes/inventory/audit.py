@@ -102,7 +102,7 @@ def _changed_labels(old: Mapping[str, str], new: Mapping[str, str]) -> tuple[dic
 
 def node_events(node: Node, gpu_ids: Iterable[int], limit: int = 50) -> list[AuditEvent]:
     """The audit trail of a node and of its GPUs ``gpu_ids`` (those it has now), newest first; one query."""
-    gpu_ids = [str(pk) for pk in gpu_ids]
+    gpu_keys = [str(pk) for pk in gpu_ids]
     about = Q(object_type=object_type_of(Node), object_id=str(node.pk)) | Q(
-        object_type=object_type_of(GPU), object_id__in=gpu_ids)
+        object_type=object_type_of(GPU), object_id__in=gpu_keys)
     return list(AuditEvent.objects.filter(about)[:limit])

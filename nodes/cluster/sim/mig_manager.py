@@ -10,6 +10,7 @@ drains the node: moving workloads off first is gpuplane's job.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -43,8 +44,10 @@ def put_mig_config(state: State, name: str, config: list[dict[str, Any]]) -> Non
 
     Layouts are not checked here: one that does not fit a node's GPUs fails when applied.
     """
-    configs = _mig_configs(state, include_builtin=False)
-    configs[name] = config
+    configs: dict[str, list[Mapping[str, Any]]] = {
+        key: list(entries) for key, entries in _mig_configs(state, include_builtin=False).items()
+    }
+    configs[name] = list(config)
     try:
         configmap = mig_parted_configmap(configs, check_layouts=False)
     except InvalidSharingConfig as exc:
