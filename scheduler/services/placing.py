@@ -100,8 +100,11 @@ def release_replica(deployment: Deployment, replica_index: int, *, user: Any = N
         except NotFound:
             pass
     with transaction.atomic():
+        # Claimed by a conditional update: of two racing releases of one replica, one wins.
+        if not Placement.objects.filter(pk=placement.pk, status__in=ACTIVE_PLACEMENT).update(
+                status=PlacementStatus.RELEASED):
+            return False
         released = release_placements([placement.pk])
-        Placement.objects.filter(pk=placement.pk).update(status=PlacementStatus.RELEASED)
         record("placement.released", placement, actor=user, reason=reason or "replica removed",
                before={"status": placement.status, "partitions": released}, after={"status": "released"})
     return True
