@@ -46,7 +46,7 @@ def sync_node_rows(plan: SyncPlan) -> dict[str, NodeEntry]:
     """Create/update/delete Node rows; return the rows that stay, by name."""
     to_create: list[Node] = []
     to_update: list[Node] = []
-    heartbeats: list[Node] = []
+    heartbeats: list[Node] = []  # seen, unchanged: only last_seen moves
     sharing_by_name: dict[str, NodeSharing] = {}
     for observed in plan.observed:
         sharing = node_sharing(observed)
@@ -63,7 +63,7 @@ def sync_node_rows(plan: SyncPlan) -> dict[str, NodeEntry]:
                 setattr(row, name, value)
             row.last_seen = plan.now
             to_update.append(row)
-        elif row.last_seen is None or row.last_seen < plan.stale_before:
+        else:
             row.last_seen = plan.now
             heartbeats.append(row)
 
@@ -92,7 +92,9 @@ def sync_node_rows(plan: SyncPlan) -> dict[str, NodeEntry]:
         Node.objects.bulk_update(to_update, [*NODE_FIELDS, "last_seen"])
         plan.report.updated["nodes"] += len(to_update)
     if heartbeats:
-        Node.objects.bulk_update(heartbeats, ["last_seen"])
+        # Every sync that sees a node refreshes last_seen, so a healthy node never reads "last
+        # seen minutes ago"; one UPDATE for all of them (all take the same instant).
+        Node.objects.filter(pk__in=[row.pk for row in heartbeats]).update(last_seen=plan.now)
         plan.report.heartbeats = len(heartbeats)
 
     created_names = [node.name for node in to_create if node.pk is None]

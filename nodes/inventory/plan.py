@@ -75,9 +75,7 @@ class SyncPlan:
 
     observed: list[ClusterNode]
     pods: list[ClusterPod]
-    now: datetime
-    # Node.last_seen older than this is refreshed even when nothing else changed.
-    stale_before: datetime
+    now: datetime  # the sync's instant: Node.last_seen of every node it sees
     report: SyncReport = field(default_factory=SyncReport)
     node_rows: dict[str, Node] = field(default_factory=dict)  # by name
     gpu_rows: dict[str, GPU] = field(default_factory=dict)  # by UUID

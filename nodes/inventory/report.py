@@ -20,7 +20,7 @@ class SyncReport:
     created: dict[str, int] = field(default_factory=_zero_counts)
     updated: dict[str, int] = field(default_factory=_zero_counts)
     deleted: dict[str, int] = field(default_factory=_zero_counts)
-    # Nodes whose only write was the last_seen heartbeat (not counted as a change).
+    # Nodes seen unchanged: their only write was the last_seen heartbeat (not counted as a change).
     heartbeats: int = 0
     unknown_products: list[str] = field(default_factory=list)
     # "namespace/name" of pods holding GPUs that no partition could be found for.

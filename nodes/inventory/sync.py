@@ -11,15 +11,14 @@ order, like every other writer should) for the few milliseconds it takes to reco
 the allocation counters, so a concurrent reservation cannot be lost between our read and write.
 
 Every row is compared with what it should be and only differences are written, so a sync of an
-unchanged cluster issues no INSERT, UPDATE or DELETE at all (Node.last_seen is refreshed only
-when older than settings.GPUPLANE_INVENTORY_HEARTBEAT_S). What it does change is told in the
+unchanged cluster issues no INSERT or DELETE and one UPDATE: Node.last_seen of every node it saw
+(the heartbeat, so pages can say a node was seen at the last sync). What it does change is told in the
 audit trail (`nodes.inventory.audit`), recorded in the same transaction with one INSERT.
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -34,13 +33,11 @@ from nodes.inventory.plan import SyncPlan
 from nodes.inventory.report import SyncReport
 from nodes.models import GPU, Node, Partition
 
-DEFAULT_HEARTBEAT_S = 300
-
 
 def sync_inventory(cluster: ClusterBackend | None = None) -> SyncReport:
     """Make Node, GPU and Partition rows match the cluster; return what was written.
 
-    Idempotent: a second run against an unchanged cluster writes nothing. Reads the cluster
+    Idempotent: a second run against an unchanged cluster writes nothing but the heartbeat. Reads the cluster
     first (outside any transaction), then writes in one transaction. Never raises for an unknown
     GPU product (reported in `unknown_products`) or a pod that fits no partition (reported in
     `unplaced_pods`); ClusterError from the backend propagates before anything is written.
@@ -65,8 +62,7 @@ def sync_inventory(cluster: ClusterBackend | None = None) -> SyncReport:
 
 def _load(observed: list[ClusterNode], pods: list[ClusterPod], now: datetime) -> SyncPlan:
     """The rows as they are, and what holders hold, read inside the sync's transaction."""
-    heartbeat_s = getattr(settings, "GPUPLANE_INVENTORY_HEARTBEAT_S", DEFAULT_HEARTBEAT_S)
-    plan = SyncPlan(observed=observed, pods=pods, now=now, stale_before=now - timedelta(seconds=heartbeat_s))
+    plan = SyncPlan(observed=observed, pods=pods, now=now)
     plan.node_rows = {node.name: node for node in Node.objects.all()}
     # Locked for the rest of this (short, I/O-free) transaction: reservations that update
     # GPU.allocated_* wait for us instead of being overwritten by our recomputed totals.
@@ -78,4 +74,4 @@ def _load(observed: list[ClusterNode], pods: list[ClusterPod], now: datetime) ->
     return plan
 
 
-__all__ = ["DEFAULT_HEARTBEAT_S", "sync_inventory"]
+__all__ = ["sync_inventory"]

@@ -1,4 +1,5 @@
-"""Inventory sync, idempotence: a sync of an unchanged cluster writes nothing.
+"""Inventory sync, idempotence: a sync of an unchanged cluster writes nothing but the heartbeat
+(one UPDATE of every seen node's last_seen).
 
 Most tests drive the sync with FakeCluster (tests/nodes/inventory/helpers.py), a backend that just
 returns the value objects it was given, so each rule is tested without the simulator in the way.
@@ -21,6 +22,7 @@ from tests.nodes.inventory.helpers import (
     FakeCluster,
     every_mode_cluster,
     gpu_node,
+    heartbeat_only,
     partitions_of,
     placement_on,
     snapshot,
@@ -39,10 +41,10 @@ def test_inventory_sync_run_twice_leaves_the_database_unchanged_the_second_time(
     with CaptureQueriesContext(connection) as queries:
         second = sync_inventory(cluster)
 
-    assert writes(queries) == []
+    assert heartbeat_only(writes(queries))
     assert snapshot() == before
     assert not second.changed
-    assert second.heartbeats == 0
+    assert second.heartbeats == Node.objects.count()
 
 
 @pytest.mark.django_db
@@ -56,23 +58,24 @@ def test_a_steady_cluster_with_placements_stays_write_free():
     with CaptureQueriesContext(connection) as queries:
         sync_inventory(cluster)
 
-    assert writes(queries) == []
+    assert heartbeat_only(writes(queries))
     assert snapshot() == before
 
 
 @pytest.mark.django_db
-def test_last_seen_is_refreshed_only_when_older_than_the_heartbeat(settings):
-    settings.GPUPLANE_INVENTORY_HEARTBEAT_S = 300
-    cluster = FakeCluster([gpu_node("h1"), gpu_node("h2")])
+def test_every_sync_that_sees_a_node_refreshes_its_last_seen_in_one_update():
+    cluster = FakeCluster([gpu_node("h1"), gpu_node("h2"), gpu_node("h3")])
     sync_inventory(cluster)
-    old = timezone.now() - timedelta(seconds=301)
-    Node.objects.filter(name="h1").update(last_seen=old)
+    recent = timezone.now() - timedelta(seconds=30)  # seen one sync ago: healthy, unchanged
+    Node.objects.update(last_seen=recent)
 
-    report = sync_inventory(cluster)
+    with CaptureQueriesContext(connection) as queries:
+        report = sync_inventory(cluster)
 
-    assert report.heartbeats == 1
+    assert report.heartbeats == 3
     assert not report.changed
-    assert Node.objects.get(name="h1").last_seen > old
+    assert all(seen > recent for seen in Node.objects.values_list("last_seen", flat=True))
+    assert heartbeat_only(writes(queries))  # one UPDATE for the three nodes, not a save each
 
 
 @pytest.mark.django_db
@@ -84,6 +87,6 @@ def test_inventory_sync_run_twice_on_the_demo_cluster_leaves_the_database_unchan
     with CaptureQueriesContext(connection) as queries:
         second = sync_inventory(get_cluster())  # a fresh backend reading the same state file
 
-    assert writes(queries) == []
+    assert heartbeat_only(writes(queries))
     assert snapshot() == before
     assert not second.changed and second.unplaced_pods == [] and second.unknown_products == []
