@@ -36,7 +36,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from nodes.models import GPU, Node
-from nodes.summaries import summarize_node
+from nodes.summaries import NODE_STATES, count_idle, is_allocated, node_state
 from nodes.vocabulary import SharingMode
 
 # --- Process metrics ---------------------------------------------------------------------------
@@ -51,17 +51,6 @@ PLACEMENT_DECISION_SECONDS = Histogram(
 )
 
 MIB = 1024 * 1024
-
-# Nodes are counted in exactly one state so that the three series add up to the node count.
-NODE_STATES = ("ready", "cordoned", "notready")
-
-
-def node_state(node: Node) -> str:
-    """"notready" when not Ready (cordoned or not), else "cordoned" when cordoned, else "ready"."""
-    if not node.ready:
-        return "notready"
-    return "cordoned" if node.cordoned else "ready"
-
 
 class InventoryCollector(Collector):
     """Gauges computed from the database on each scrape, in two queries (nodes, then GPUs).
@@ -80,11 +69,6 @@ class InventoryCollector(Collector):
                 "utilization_pct", "memory_used_mib", "power_w", "temperature_c", "sampled_at",
             ).order_by("node_id", "index")
         )
-        by_node: dict[int, list[GPU]] = {pk: [] for pk in nodes}
-        for gpu in gpus:
-            by_node[gpu.node_id].append(gpu)
-        summaries = [summarize_node(node, by_node[pk]) for pk, node in nodes.items()]
-
         by_mode = GaugeMetricFamily("gpuplane_gpus", "GPUs known to gpuplane, by their node's sharing mode.", labels=["sharing_mode"])
         mode_counts = Tally(nodes[gpu.node_id].sharing_mode for gpu in gpus)
         # Every mode always has a series (0 included), so dashboards do not show "no data".
@@ -95,13 +79,13 @@ class InventoryCollector(Collector):
         yield GaugeMetricFamily(
             "gpuplane_gpus_allocated",
             "GPUs with any compute share or memory handed out by gpuplane or found in use by a pod.",
-            value=sum(1 for gpu in gpus if gpu.allocated_milli > 0 or gpu.allocated_memory_mib > 0),
+            value=sum(1 for gpu in gpus if is_allocated(gpu)),
         )
         yield GaugeMetricFamily(
             "gpuplane_gpus_idle",
             f"GPUs idle by seed 004: utilization < {settings.IDLE_UTILIZATION_PCT} % and memory used < "
             f"{settings.IDLE_MEMORY_PCT} % of total; without telemetry, nothing allocated.",
-            value=sum(summary.idle_gpus for summary in summaries),
+            value=count_idle(gpus),
         )
 
         node_states = GaugeMetricFamily(

@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Avg, Count, Q
+from django.db.models import Count
 from django.views.generic import TemplateView
 
 from gpuplane.web import RoleRequiredMixin
-from nodes.holds import free_partition_filter
-from nodes.models import GPU, Node, Partition
+from nodes.models import GPU
+from nodes.overview import cluster_overview
 from nodes.summaries import cluster_heatmap
-from nodes.vocabulary import SharingMode
 
 
 @dataclass(frozen=True)
@@ -35,42 +34,32 @@ def _rows(pairs: list[tuple[str, int]]) -> list[CountRow]:
 
 
 class OverviewView(RoleRequiredMixin, TemplateView):
-    """`/`: cluster summary cards (nodes, GPUs by model and by sharing mode, partitions) and the
-    utilization heatmap (nodes x GPUs)."""
+    """`/`: cluster summary cards (nodes, GPUs, allocation in GPU-equivalents and memory, GPUs by
+    model, allocation by sharing mode) and the utilization heatmap (nodes x GPUs). The figures
+    come from nodes.overview; every count is shown with a breakdown that adds up to it."""
 
     template_name = "nodes/overview.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        # Aliases must not shadow field names used in the filters, hence the _n suffix.
-        counts = Node.objects.aggregate(
-            total_n=Count("id"),
-            ready_n=Count("id", filter=Q(ready=True)),
-            not_ready_n=Count("id", filter=Q(ready=False)),
-            cordoned_n=Count("id", filter=Q(cordoned=True)),
-            schedulable_n=Count("id", filter=Q(ready=True, cordoned=False)),
-        )
-        nodes = {key.removesuffix("_n"): value for key, value in counts.items()}
-        gpus = GPU.objects.aggregate(
-            total=Count("id"),
-            mig_enabled=Count("id", filter=Q(mig_enabled=True)),
-            reporting=Count("utilization_pct"),
-            mean_utilization_pct=Avg("utilization_pct"),
-        )
+        overview = cluster_overview()
         by_model = GPU.objects.values("model").annotate(n=Count("id")).order_by("-n", "model")
-        mode_labels = dict(SharingMode.choices())
-        by_mode = GPU.objects.values("node__sharing_mode").annotate(n=Count("id")).order_by("-n", "node__sharing_mode")
-        partitions = Partition.objects.aggregate(total=Count("id"), free=Count("id", filter=free_partition_filter()))
-        partitions["used"] = partitions["total"] - partitions["free"]
-        partitions["used_pct"] = round(partitions["used"] * 100 / partitions["total"]) if partitions["total"] else 0
+        memory_by_mode = {part.key: part for part in overview.memory_parts}
+        allocation_by_mode = {part.key: part for part in overview.allocation_parts}
         context.update(
-            nodes=nodes,
-            gpus=gpus,
+            overview=overview,
+            # One row per mode: its GPUs, GPU-equivalents and memory allocated (each column adds up).
+            modes=[
+                {
+                    "key": part.key, "label": part.label, "note": part.note, "gpus": part.value,
+                    "allocated": allocation_by_mode[part.key].value, "allocation_note": allocation_by_mode[part.key].note,
+                    "memory": memory_by_mode[part.key].value, "memory_note": memory_by_mode[part.key].note,
+                }
+                for part in overview.mode_parts
+            ],
             gpus_by_model=_rows([(row["model"] or "Unknown model", row["n"]) for row in by_model]),
-            gpus_by_mode=_rows(
-                [(mode_labels.get(row["node__sharing_mode"], row["node__sharing_mode"]), row["n"]) for row in by_mode]
-            ),
-            partitions=partitions,
+            idle_utilization_pct=settings.IDLE_UTILIZATION_PCT,
+            idle_memory_pct=settings.IDLE_MEMORY_PCT,
             # Drawn by static/js/charts.js, which refreshes it from /api/v1/heatmap/.
             heatmap=cluster_heatmap(),
             telemetry_interval_s=settings.TELEMETRY_POLL_INTERVAL_S,

@@ -11,6 +11,7 @@ sample tables, so a summary of the whole cluster costs two queries whatever its 
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -72,6 +73,29 @@ def is_idle(gpu: GPULike, utilization_threshold: float | None = None, memory_thr
     return memory_pct is None or memory_pct < memory_threshold
 
 
+def count_idle(gpus: Iterable[GPULike]) -> int:
+    """How many of `gpus` is_idle() calls idle: the one count the overview, the node finder and
+    /metrics (gpuplane_gpus_idle) all show, so they can never disagree."""
+    return sum(1 for gpu in gpus if is_idle(gpu))
+
+
+def is_allocated(gpu: GPULike) -> bool:
+    """Whether anything is handed out on `gpu` (a compute share or memory): what /metrics counts
+    as gpuplane_gpus_allocated and the overview as "with work allocated"."""
+    return gpu.allocated_milli > 0 or gpu.allocated_memory_mib > 0
+
+
+# Nodes are counted in exactly one state so that the states add up to the node count.
+NODE_STATES = ("ready", "cordoned", "notready")
+
+
+def node_state(node: Node) -> str:
+    """"notready" when not Ready (cordoned or not), else "cordoned" when cordoned, else "ready"."""
+    if not node.ready:
+        return "notready"
+    return "cordoned" if node.cordoned else "ready"
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -116,7 +140,7 @@ def summarize_node(
     sampled = [gpu.sampled_at for gpu in gpus if gpu.sampled_at is not None]
     utilizations = [gpu.utilization_pct for gpu in gpus if gpu.utilization_pct is not None]
     memory_pcts = [pct for pct in (memory_used_pct(gpu) for gpu in gpus) if pct is not None]
-    allocatable = sum(1 for gpu in gpus if gpu.allocated_milli == 0 and gpu.allocated_memory_mib == 0)
+    allocatable = sum(1 for gpu in gpus if not is_allocated(gpu))
     return NodeSummary(
         name=node.name,
         ready=node.ready,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from django import forms
@@ -21,16 +22,19 @@ from django.views.generic import DetailView, ListView, TemplateView
 
 from gpuplane.web import RoleRequiredMixin, filter_list_context
 from nodes.api.series import DEFAULT_RANGE, RANGES
-from nodes.catalog import MIG_MEMORY_SLICES
+from nodes.figures import format_gb, format_number, format_percent, gpu_equivalent, listed_shares
 from nodes.filtersets import NodeFilterSet
 from nodes.holds import HolderInfo, describe_held, occupied_partition_filter, with_holder_id
 from nodes.inventory.audit import node_events
+from nodes.mig_diagram import MIGCell, mig_diagram, occupant_of
 from nodes.models import GPU, Node, Partition
+from nodes.node_facts import config_fact, partition_facts, replicas_fact
 from nodes.summaries import memory_used_pct
-from nodes.vocabulary import SHARE_MILLI_FULL, SharingMode
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
 
-# Modes where the node advertises R replicas per GPU, so R belongs in the label.
-_REPLICATED_MODES: frozenset[str] = frozenset({SharingMode.MPS, SharingMode.MPS_WEIGHTED, SharingMode.TIMESLICE})
+# Modes where R replicas per GPU cut the GPU, so R belongs in the label. Not weighted MPS: there
+# R only bounds the pods per GPU, and shares go by weight.
+_REPLICATED_MODES: frozenset[str] = frozenset({SharingMode.MPS, SharingMode.TIMESLICE})
 _SHORT_MODE_LABELS: dict[str, str] = {
     SharingMode.EXCLUSIVE: "Exclusive",
     SharingMode.MIG: "MIG",
@@ -64,119 +68,25 @@ def sharing_label(mode: str, replicas: int) -> str:
     return label
 
 
-def format_mib(memory_mib: int | None) -> str:
-    """Memory for people: "80 GiB", "39.5 GiB", "512 MiB"; "—" when unknown."""
-    if memory_mib is None:
-        return "—"
-    if memory_mib < 1024:
-        return f"{memory_mib} MiB"
-    return f"{memory_mib / 1024:.1f}".removesuffix(".0") + " GiB"
-
-
-def format_share(share_milli: int) -> str:
-    """A compute share in thousandths as a percentage: 250 -> "25 %", 333 -> "33.3 %"."""
-    return f"{share_milli / 10:.1f}".removesuffix(".0") + " %"
-
-
-def occupant_of(partition: Partition, holders: Mapping[int, HolderInfo]) -> str | None:
-    """Who holds a partition: its holder's label ("namespace/deployment #replica" for a placement),
-    the pod, or None if free. `holders` is what `partition_holder().describe()` said of the page's
-    partitions."""
-    holder = holders.get(partition.pk) if partition.pk is not None else None
-    if holder is not None:
-        return holder.label
-    return partition.pod or None
-
-
-@dataclass(frozen=True)
-class MIGCell:
-    """One box of the MIG slot diagram: a MIG instance spanning [start, start+size), or an unused slice.
-
-    `column` and `span` are CSS grid coordinates (1-based column line); `lane` is the grid row,
-    greater than 1 only when stored instances overlap, which a valid layout never does.
-    """
-
-    start: int
-    size: int
-    lane: int
-    profile: str = ""
-    occupant: str | None = None
-
-    @property
-    def is_instance(self) -> bool:
-        return bool(self.profile)
-
-    @property
-    def profile_compute(self) -> str:
-        """The part of the profile before its first dot ("3g" of "3g.40gb"), so pages can wrap there."""
-        return self.profile.partition(".")[0]
-
-    @property
-    def profile_memory(self) -> str:
-        return self.profile.partition(".")[2]
-
-    @property
-    def is_used(self) -> bool:
-        return self.occupant is not None
-
-    @property
-    def column(self) -> int:
-        return self.start + 1
-
-    @property
-    def end(self) -> int:
-        """Last memory slice covered (inclusive), for people: a 3g at start 0 covers slices 0–3."""
-        return self.start + self.size - 1
-
-    @property
-    def slices_text(self) -> str:
-        return f"slice {self.start}" if self.size == 1 else f"slices {self.start}–{self.end}"
-
-    @property
-    def aria_label(self) -> str:
-        if not self.is_instance:
-            return f"{self.slices_text} unused"
-        state = f"in use by {self.occupant}" if self.is_used else "free"
-        return f"{self.profile} at {self.slices_text}, {state}"
-
-
-def mig_diagram(partitions: list[Partition], holders: Mapping[int, HolderInfo] | None = None) -> list[MIGCell]:
-    """Lay a GPU's MIG partitions out on the 8 memory slices, sorted by lane, then start.
-
-    Every MIG instance becomes a cell spanning its [start, start+size), clipped to the 8 slices;
-    each slice that no instance covers becomes an empty one-slice cell in lane 1. An instance
-    overlapping an earlier one goes to the next free lane, so that broken data shows up instead of
-    hiding under another block (a valid layout always fits in lane 1). `holders` names the held
-    instances' occupants (see `occupant_of`).
-    """
-    holders = holders or {}
-    placed = sorted(
-        ((p.mig_start, p.mig_size, p) for p in partitions if p.mig_start is not None and p.mig_size),
-        key=lambda item: (item[0], item[2].slot),
-    )
-    cells: list[MIGCell] = []
-    lanes: list[set[int]] = []
-    for raw_start, raw_size, partition in placed:
-        start = min(raw_start, MIG_MEMORY_SLICES - 1)
-        size = max(1, min(raw_size, MIG_MEMORY_SLICES - start))
-        covered = set(range(start, start + size))
-        lane = next((i for i, used in enumerate(lanes) if not used & covered), len(lanes))
-        if lane == len(lanes):
-            lanes.append(set())
-        lanes[lane] |= covered
-        cells.append(MIGCell(start, size, lane + 1, partition.mig_profile, occupant_of(partition, holders)))
-    taken: set[int] = set().union(*lanes)
-    cells.extend(MIGCell(s, 1, 1) for s in range(MIG_MEMORY_SLICES) if s not in taken)
-    return sorted(cells, key=lambda c: (c.lane, c.start))
+# What the memory column of a time-slice replica means: the plugin sets no limit per replica.
+TIMESLICE_MEMORY_NOTE = (
+    "Time-slicing does not divide memory: this is the GPU's memory / R replicas, a fair share. "
+    "What each workload declares is counted in the GPU's Allocated column."
+)
 
 
 @dataclass(frozen=True)
 class PartitionRow:
+    """One partition as the tables show it: its share of the GPU (percent, and for MIG the exact
+    fraction), its memory and who holds it."""
+
     partition: Partition
     kind_label: str
     share: str
     memory: str
     occupant: str | None
+    fraction: str = ""  # "3/7" for a MIG instance: the exact compute share behind the percentage
+    memory_note: str = ""
 
 
 @dataclass
@@ -188,7 +98,10 @@ class GPURow:
     allocated_share: str
     allocated_memory: str
     allocated_pct: int
+    gpu_equivalents: Fraction = Fraction(0)  # allocated, exactly
     partitions: list[PartitionRow] = field(default_factory=list)
+    # The part of the GPU in no partition ("14.2 %"), so the share column adds up to 100 %.
+    unpartitioned_share: str = ""
     mig_cells: list[MIGCell] = field(default_factory=list)
 
     @property
@@ -196,21 +109,42 @@ class GPURow:
         return max((c.lane for c in self.mig_cells), default=1)
 
 
+def allocated_gpu_equivalents(gpu: GPU, partitions: list[Partition], occupied: list[bool]) -> Fraction:
+    """What is handed out on `gpu` in GPU-equivalents: its occupied partitions, exactly (3g = 3/7);
+    a GPU without partition rows falls back to its allocation counter."""
+    if not partitions:
+        return Fraction(gpu.allocated_milli, SHARE_MILLI_FULL)
+    return sum(
+        (gpu_equivalent(p.kind, p.share_milli, p.mig_profile) for p, used in zip(partitions, occupied, strict=True) if used),
+        Fraction(0),
+    )
+
+
 def gpu_row(gpu: GPU, holders: Mapping[int, HolderInfo]) -> GPURow:
     """Format one GPU (its partitions prefetched) for the detail page; `holders` as for `occupant_of`."""
     partitions = list(gpu.partitions.all())
+    occupants = [occupant_of(p, holders) for p in partitions]
+    shares = [gpu_equivalent(p.kind, p.share_milli, p.mig_profile) for p in partitions]
+    percents, rest = listed_shares(shares)
+    replicas = sum(1 for p in partitions if p.kind == PartitionKind.TIMESLICE)
+    rows = []
+    for p, occupant, share, percent in zip(partitions, occupants, shares, percents, strict=True):
+        if p.kind == PartitionKind.TIMESLICE:
+            memory, note = format_gb(gpu.memory_mib / replicas), TIMESLICE_MEMORY_NOTE
+        else:
+            memory, note = format_gb(p.memory_mib), ""
+        fraction = f"{share.numerator}/{share.denominator}" if p.kind == PartitionKind.MIG and share < 1 else ""
+        rows.append(PartitionRow(p, p.get_kind_display(), format_percent(percent), memory, occupant, fraction, note))
+    allocated = allocated_gpu_equivalents(gpu, partitions, [o is not None for o in occupants])
     return GPURow(
         gpu=gpu,
-        memory=format_mib(gpu.memory_mib),
-        allocated_share=format_share(gpu.allocated_milli),
-        allocated_memory=format_mib(gpu.allocated_memory_mib),
-        allocated_pct=round(gpu.allocated_milli * 100 / SHARE_MILLI_FULL),
-        partitions=[
-            PartitionRow(
-                p, p.get_kind_display(), format_share(p.share_milli), format_mib(p.memory_mib), occupant_of(p, holders)
-            )
-            for p in partitions
-        ],
+        memory=format_gb(gpu.memory_mib),
+        allocated_share=format_percent(allocated * 100),
+        allocated_memory=format_gb(gpu.allocated_memory_mib),
+        allocated_pct=round(allocated * 100),
+        gpu_equivalents=allocated,
+        partitions=rows,
+        unpartitioned_share=format_percent(rest) if partitions and rest else "",
         mig_cells=mig_diagram(partitions, holders) if gpu.mig_enabled else [],
     )
 
@@ -335,12 +269,15 @@ class NodeDetailView(RoleRequiredMixin, DetailView):
             sharing_label=sharing_label(node.sharing_mode, node.sharing_replicas),
             sharing_note=SHARING_NOTES.get(node.sharing_mode, ""),
             mean_utilization_pct=sum(utilizations) / len(utilizations) if utilizations else None,
-            partitions_n=len(partitions),
-            partitions_used_n=sum(1 for p in partitions if p.occupant is not None),
-            # In GPU share, as on the list: weighted-MPS shares exist only once handed out.
-            allocated_gpus=sum(row.gpu.allocated_milli for row in rows) / SHARE_MILLI_FULL,
+            config_fact=config_fact(node),
+            replicas_fact=replicas_fact(node),
+            partition_facts=partition_facts([(p.partition.kind, p.occupant is not None) for p in partitions]),
+            # In GPU-equivalents (3g = 3/7), as on the overview: kinds are never added as counts.
+            allocated_gpus=format_number(sum((row.gpu_equivalents for row in rows), Fraction(0)), 2),
+            allocated_memory=format_gb(sum(row.gpu.allocated_memory_mib for row in rows)),
+            total_memory=format_gb(sum(row.gpu.memory_mib for row in rows)),
             config_pending=bool(node.desired_config) and node.desired_config != node.applied_config,
-            memory_allocatable=format_mib(node.memory_allocatable_mib) if node.memory_allocatable_mib else "—",
+            memory_allocatable=format_gb(node.memory_allocatable_mib) if node.memory_allocatable_mib else "—",
             **telemetry_context(
                 self.request,
                 reverse("nodes-api:node-series", args=[node.name]),
@@ -372,7 +309,7 @@ class GPUDetailView(RoleRequiredMixin, TemplateView):
             row=row,
             sibling_indexes=list(GPU.objects.filter(node=gpu.node_id).order_by("index").values_list("index", flat=True)),
             sharing_label=sharing_label(gpu.node.sharing_mode, gpu.node.sharing_replicas),
-            memory_used=format_mib(gpu.memory_used_mib),
+            memory_used=format_gb(gpu.memory_used_mib),
             memory_used_pct=memory_used_pct(gpu),
             partitions_used_n=sum(1 for p in row.partitions if p.occupant is not None),
             telemetry_gpu_index=gpu.index,

@@ -14,7 +14,7 @@
 
   const METRICS = {
     utilization_pct: { unit: "%", scale: 1, digits: 0, range: [0, 100] },
-    memory_used_mib: { unit: "GiB", scale: 1 / 1024, digits: 1 },
+    memory_used_mib: { unit: "GB", scale: 1 / 1024, digits: 1 },  /* GB = 1024 MiB, as on every page */
     power_w: { unit: "W", scale: 1, digits: 0 },
     temperature_c: { unit: "°C", scale: 1, digits: 0 },
   };
@@ -44,10 +44,9 @@
     return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
   }
 
-  /* Like nodes.views.format_mib: "512 MiB", "39.5 GiB", "80 GiB". */
+  /* Like nodes.figures.format_gb: "0.5 GB", "39.5 GB", "80 GB" (1 GB = 1024 MiB). */
   function formatMiB(mib) {
-    if (mib < 1024) return `${mib} MiB`;
-    return `${(mib / 1024).toFixed(1).replace(/\.0$/, "")} GiB`;
+    return `${(mib / 1024).toFixed(1).replace(/\.0$/, "")} GB`;
   }
 
   function clock(date) {

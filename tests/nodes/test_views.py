@@ -2,6 +2,7 @@
 with partitions and the MIG slot diagram, and the cluster overview."""
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 
 import pytest
@@ -240,7 +241,7 @@ def test_it_says_when_there_are_no_nodes_at_all(viewer_client):
 def test_sharing_labels_carry_replicas_only_where_the_mode_has_them():
     assert sharing_label("mps", 4) == "MPS ×4"
     assert sharing_label("timeslice", 8) == "Time-slicing ×8"
-    assert sharing_label("mps-weighted", 3) == "Weighted MPS ×3"
+    assert sharing_label("mps-weighted", 3) == "Weighted MPS"  # R bounds pods, it does not cut the GPU
     assert sharing_label("mig", 1) == "MIG"
     assert sharing_label("exclusive", 1) == "Exclusive"
 
@@ -254,10 +255,10 @@ def test_the_detail_lists_gpus_and_their_partitions(viewer_client, cluster):
     body = response.content.decode()
     rows = table_rows(body)
     assert "Index UUID Model Memory Utilization Allocated Temperature Power" in rows
-    assert f"0 GPU-gpu-mps-a-0 {H100} 79.6 GiB 30 % 25 % · 19.9 GiB 61 °C 412 W" in rows
-    assert f"1 GPU-gpu-mps-a-1 {H100} 79.6 GiB 50 % 0 % · 0 MiB 61 °C 412 W" in rows
-    assert "0 MPS slot 25 % 19.9 GiB ml/bert-0" in rows
-    assert rows.count("1 MPS slot 25 % 19.9 GiB free") == 2
+    assert f"0 GPU-gpu-mps-a-0 {H100} 79.6 GB 30 % 25 % · 19.9 GB 61 °C 412 W" in rows
+    assert f"1 GPU-gpu-mps-a-1 {H100} 79.6 GB 50 % 0 % · 0 GB 61 °C 412 W" in rows
+    assert "0 MPS slot 25 % 19.9 GB ml/bert-0" in rows
+    assert rows.count("1 MPS slot 25 % 19.9 GB free") == 2
     assert "MPS ×4" in body
     assert "mig__grid" not in body  # no MIG diagram for non-MIG GPUs
 
@@ -298,8 +299,12 @@ def test_the_mig_diagram_places_each_instance_on_its_memory_slices(viewer_client
 
 def test_the_mig_partitions_table_names_profile_and_occupant(viewer_client, cluster):
     rows = table_rows(viewer_client.get("/nodes/gpu-mig-b/").content.decode())
-    assert "0 MIG instance 3g.40gb 42.8 % 39.8 GiB ml/llama #0" in rows
-    assert "1 MIG instance 2g.20gb 28.5 % 19.9 GiB free" in rows
+    # Shares are the profiles' exact 3/7 and 2/7, rounded (not the stored 428 / 285 thousandths,
+    # which read 42.8 % and 28.5 %); the rest of the GPU takes the difference, so the column adds
+    # up to 100 %: 42.9 + 28.6 + 28.5.
+    assert "0 MIG instance 3g.40gb 3/7 · 42.9 % 39.8 GB ml/llama #0" in rows
+    assert "1 MIG instance 2g.20gb 2/7 · 28.6 % 19.9 GB free" in rows
+    assert "— Not in any MIG instance 28.5 %" in rows
 
 
 def test_it_answers_404_for_an_unknown_node(viewer_client, cluster):
@@ -334,21 +339,56 @@ def test_seven_1g_instances_leave_memory_slice_7_empty():
 # --- overview -------------------------------------------------------------------------------
 
 
+def parts(part_list) -> list[tuple[str, str]]:
+    return [(part.key, part.value) for part in part_list]
+
+
 def test_the_overview_summarises_the_cluster(viewer_client, cluster):
     response = viewer_client.get("/")
     assert response.status_code == 200
-    context = response.context
-    assert context["gpus"] == {"total": 4, "mig_enabled": 1, "reporting": 2, "mean_utilization_pct": 40.0}
-    assert context["nodes"] == {"total": 3, "ready": 2, "not_ready": 1, "cordoned": 1, "schedulable": 2}
-    assert [(r.label, r.count) for r in context["gpus_by_model"]] == [(H100, 3), ("L4", 1)]
-    assert [(r.label, r.count) for r in context["gpus_by_mode"]] == [
-        ("MPS (uniform, device plugin)", 2), ("Exclusive (whole GPU)", 1), ("MIG", 1),
-    ]
-    # 8 MPS slots (1 used) + 2 MIG instances (1 used).
-    assert context["partitions"]["total"] == 10
-    assert context["partitions"]["used"] == 2
-    assert context["partitions"]["free"] == 8
-    assert 'href="/nodes/"' in response.content.decode()
+    overview = response.context["overview"]
+    # Each node in one state: gpu-mps-a and gpu-mig-b schedulable, l4-c not ready (and cordoned).
+    assert overview.nodes_total == 3
+    assert parts(overview.node_parts) == [("ready", "2"), ("cordoned", "0"), ("notready", "1")]
+    assert overview.gpus_total == 4
+    assert parts(overview.mode_parts) == [("mps", "2"), ("exclusive", "1"), ("mig", "1")]
+    assert overview.mode_parts[2].note == "1 with MIG on, 0 whole"
+    # Allocated: mps-a GPU 0 (a slot) and the MIG GPU (the 3g); idle: only the L4 (no telemetry,
+    # nothing allocated); the MPS GPUs report 30 % and 50 %, at or over the 30 % threshold.
+    assert parts(overview.use_parts) == [("allocated", "2"), ("unallocated", "2")]
+    assert parts(overview.idle_parts) == [("idle", "1"), ("busy", "3")]
+    assert (overview.reporting_gpus, overview.mean_utilization_pct) == (2, 40.0)
+    assert (overview.power_gpus, overview.power_w) == (2, 824.0)  # 412 W + 412 W
+    # GPU-equivalents: one 1/4 MPS slot + the 3g.40gb's 3/7 = 0.6786 -> 0.68 = 0.25 + 0.43 + 0.
+    assert overview.allocated_gpu_equivalents == "0.68"
+    assert parts(overview.allocation_parts) == [("mps", "0.25"), ("exclusive", "0"), ("mig", "0.43")]
+    assert overview.allocation_parts[0].note == "of 2 GPUs · 1 of 8 MPS slots"
+    assert overview.allocation_parts[2].note == "of 1 GPU · 1 of 2 MIG instances"
+    # Memory: the slot's 81559 // 4 = 20389 MiB = 19.9 GB of 3 x 81559 + 23034 MiB = 261.4 GB.
+    assert (overview.memory_allocated, overview.memory_total) == ("19.9 GB", "261.4 GB")
+    assert [(r.label, r.count) for r in response.context["gpus_by_model"]] == [(H100, 3), ("L4", 1)]
+    body = response.content.decode()
+    assert 'href="/nodes/"' in body
+    assert "Partitions" not in body  # no count that adds MIG instances, slots and GPUs as equal units
+
+
+def test_every_overview_count_equals_the_sum_of_its_breakdown(viewer_client, cluster):
+    overview = viewer_client.get("/").context["overview"]
+    assert sum(int(p.value) for p in overview.node_parts) == overview.nodes_total
+    for breakdown in (overview.mode_parts, overview.use_parts, overview.idle_parts):
+        assert sum(int(p.value) for p in breakdown) == overview.gpus_total
+    assert sum(float(p.value) for p in overview.allocation_parts) == pytest.approx(float(overview.allocated_gpu_equivalents))
+    assert sum(float(p.value.removesuffix(" GB")) for p in overview.memory_parts) == pytest.approx(
+        float(overview.memory_allocated.removesuffix(" GB"))
+    )
+
+
+def test_the_overview_shows_the_idle_and_allocated_gpus_that_metrics_exports(viewer_client, cluster):
+    overview = viewer_client.get("/").context["overview"]
+    metrics = viewer_client.get("/metrics").content.decode()
+    exported = dict(re.findall(r"^(gpuplane_gpus_(?:idle|allocated)) (\S+)$", metrics, re.M))
+    assert float(exported["gpuplane_gpus_idle"]) == int(overview.idle_parts[0].value)
+    assert float(exported["gpuplane_gpus_allocated"]) == int(overview.use_parts[0].value)
 
 
 def test_pages_use_a_fixed_number_of_queries(viewer_client, cluster, django_assert_max_num_queries):
@@ -368,5 +408,7 @@ def test_pages_use_a_fixed_number_of_queries(viewer_client, cluster, django_asse
 def test_the_detail_states_allocation_in_gpu_share(viewer_client, cluster):
     body = viewer_client.get("/nodes/gpu-mps-a/").content.decode()
     # One 250-milli MPS slot of 2 GPUs: 250 / 1000 = 0.25 GPU; partitions: 1 of 2 x 4 slots.
-    assert "<dt>Allocated</dt><dd>0.25 / 2 GPUs</dd>" in body
-    assert "<dt>Partitions used</dt><dd>1 / 8</dd>" in body
+    text = " ".join(re.sub(r"<[^>]+>", " ", body).split())
+    # Memory: the slot's 81559 // 4 = 20389 MiB = 19.9 GB of 2 x 79.6 GB.
+    assert "Allocated 0.25 of 2 GPU-equivalents · 19.9 GB of 159.3 GB" in text
+    assert "MPS slots in use 1 / 8" in text

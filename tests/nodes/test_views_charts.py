@@ -147,8 +147,8 @@ def test_the_gpu_page_shows_latest_values_charts_and_partitions(viewer_client, n
     assert scripts(html)[-2:] == [PLOTLY, CHARTS]
     text = " ".join(re.sub(r"<[^>]+>", " ", html.replace("&nbsp;", " ")).split())
     assert "Utilization 64 %" in text
-    # 40960 of 81920 MiB: 40 GiB of 80 GiB, 50 %.
-    assert "Memory used 40 GiB of 80 GiB (50 %)" in text
+    # 40960 of 81920 MiB: 40 GB of 80 GB (1 GB = 1024 MiB), 50 %.
+    assert "Memory used 40 GB of 80 GB (50 %)" in text
     assert "Power 512 W" in text and "Temperature 66 °C" in text
     # The node's other GPU is one click away.
     assert 'href="/nodes/h.example.com/gpus/0/"' in html

@@ -1,0 +1,193 @@
+"""The cluster overview's figures: every count with a breakdown that adds up to it.
+
+Counts of different things are never added up as equal units: allocation is stated in
+GPU-equivalents (nodes.figures: a whole GPU 1, a 3g MIG instance 3/7, an MPS slot or time-slice
+replica 1/R, a weighted share its percentage) and in GB of memory, and partitions are counted
+per kind, each in its own unit ("3 of 32 time-slice replicas"). Idle and allocated GPUs are
+counted by the very functions /metrics uses (nodes.summaries.count_idle / is_allocated), so the
+page and gpuplane_gpus_idle / gpuplane_gpus_allocated agree. Four queries whatever the size.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from nodes.figures import format_gb, format_number, gpu_equivalent, largest_remainder
+from nodes.holds import occupied_partition_filter
+from nodes.models import GPU, Node, Partition
+from nodes.summaries import count_idle, is_allocated, node_state
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
+
+# What one partition of each kind is called, singular and plural, in a per-kind count.
+_UNIT_NAMES: dict[str, tuple[str, str]] = {
+    PartitionKind.EXCLUSIVE: ("whole GPU", "whole GPUs"),
+    PartitionKind.MIG: ("MIG instance", "MIG instances"),
+    PartitionKind.MPS: ("MPS slot", "MPS slots"),
+    PartitionKind.MPS_WEIGHTED: ("weighted share", "weighted shares"),
+    PartitionKind.TIMESLICE: ("time-slice replica", "time-slice replicas"),
+}
+_GPU_FIELDS = (
+    "id", "node_id", "mig_enabled", "memory_mib", "allocated_milli", "allocated_memory_mib",
+    "utilization_pct", "memory_used_mib", "power_w",
+)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One line of a breakdown: a label, its figure as shown, and a bar width in percent."""
+
+    label: str
+    value: str
+    pct: float = 0.0
+    note: str = ""
+    key: str = ""  # a stable name for tests and scripts (a sharing mode, a state)
+
+
+@dataclass
+class ModeAllocation:
+    """What is handed out on the GPUs of one sharing mode."""
+
+    mode: str
+    gpus: int = 0
+    gpu_equivalents: Fraction = Fraction(0)
+    memory_mib: int = 0
+    memory_allocated_mib: int = 0
+    partitions: Counter[str] = field(default_factory=Counter)  # by kind: all
+    partitions_used: Counter[str] = field(default_factory=Counter)  # by kind: occupied
+
+
+@dataclass(frozen=True)
+class ClusterOverview:
+    """Everything the overview cards show, formatted; each `*_parts` list adds up to its total."""
+
+    nodes_total: int
+    node_parts: list[Part]
+    gpus_total: int
+    mode_parts: list[Part]
+    use_parts: list[Part]  # allocated / nothing allocated
+    idle_parts: list[Part]  # idle / busy, as /metrics counts idle
+    reporting_gpus: int
+    power_gpus: int
+    power_w: float | None
+    mean_utilization_pct: float | None
+    allocated_gpu_equivalents: str
+    allocated_pct: float
+    allocation_parts: list[Part]  # per sharing mode, in GPU-equivalents
+    memory_allocated: str
+    memory_total: str
+    memory_pct: float
+    memory_parts: list[Part]  # per sharing mode, in GB
+
+
+def _pct(part: float | Fraction, whole: float | Fraction) -> float:
+    return float(part * 100 / whole) if whole else 0.0
+
+
+def _count_phrase(kind: str, used: int, total: int) -> str:
+    singular, plural = _UNIT_NAMES.get(kind, (kind, kind))
+    if kind == PartitionKind.MPS_WEIGHTED:  # created when handed out: there is no "of"
+        return f"{used} {singular if used == 1 else plural}"
+    return f"{used} of {total} {singular if total == 1 else plural}"
+
+
+def _partitions_note(allocation: ModeAllocation) -> str:
+    """The mode's partitions in use, per kind and in each kind's own unit."""
+    return " · ".join(
+        _count_phrase(kind, allocation.partitions_used[kind], n) for kind, n in sorted(allocation.partitions.items())
+    )
+
+
+def cluster_overview() -> ClusterOverview:
+    """The overview's figures from the inventory's rows (nodes, GPUs, partitions, held partitions)."""
+    mode_labels = dict(SharingMode.choices())
+    nodes = {node.pk: node for node in Node.objects.only("id", "ready", "cordoned", "sharing_mode")}
+    gpus = list(GPU.objects.only(*_GPU_FIELDS))
+    occupied = set(Partition.objects.filter(occupied_partition_filter()).values_list("pk", flat=True))
+    partitions_by_gpu: dict[int, list[tuple[int, str, int, str]]] = defaultdict(list)
+    for row in Partition.objects.values_list("pk", "gpu_id", "kind", "share_milli", "mig_profile"):
+        partitions_by_gpu[row[1]].append((row[0], row[2], row[3], row[4]))
+
+    by_mode: dict[str, ModeAllocation] = {}
+    mig_on = 0
+    for gpu in gpus:
+        mode = nodes[gpu.node_id].sharing_mode
+        allocation = by_mode.setdefault(mode, ModeAllocation(mode))
+        allocation.gpus += 1
+        allocation.memory_mib += gpu.memory_mib
+        allocation.memory_allocated_mib += gpu.allocated_memory_mib
+        mig_on += gpu.mig_enabled and mode == SharingMode.MIG
+        partitions = partitions_by_gpu.get(gpu.pk, [])
+        if not partitions:  # no partition rows: the GPU's own counter is all there is
+            allocation.gpu_equivalents += Fraction(gpu.allocated_milli, SHARE_MILLI_FULL)
+        for pk, kind, share_milli, mig_profile in partitions:
+            allocation.partitions[kind] += 1
+            if pk in occupied:
+                allocation.partitions_used[kind] += 1
+                allocation.gpu_equivalents += gpu_equivalent(kind, share_milli, mig_profile)
+    modes = sorted(by_mode.values(), key=lambda a: (-a.gpus, a.mode))
+    gpus_total = len(gpus)
+
+    state_counts = Counter(node_state(node) for node in nodes.values())
+    node_parts = [
+        Part(label, str(state_counts[state]), _pct(state_counts[state], len(nodes)), note, state)
+        for state, label, note in (
+            ("ready", "Schedulable", "ready, not cordoned"),
+            ("cordoned", "Cordoned", "ready, kept free of new work"),
+            ("notready", "Not ready", "cordoned or not"),
+        )
+    ]
+    mode_parts = [
+        Part(mode_labels.get(a.mode, a.mode), str(a.gpus), _pct(a.gpus, gpus_total),
+             f"{mig_on} with MIG on, {a.gpus - mig_on} whole" if a.mode == SharingMode.MIG else "", a.mode)
+        for a in modes
+    ]
+    allocated_n = sum(1 for gpu in gpus if is_allocated(gpu))
+    idle_n = count_idle(gpus)
+    use_parts = [
+        Part("With work allocated", str(allocated_n), _pct(allocated_n, gpus_total), key="allocated"),
+        Part("Nothing allocated", str(gpus_total - allocated_n), _pct(gpus_total - allocated_n, gpus_total), key="unallocated"),
+    ]
+    idle_parts = [
+        Part("Idle", str(idle_n), _pct(idle_n, gpus_total), "barely used by their latest telemetry", "idle"),
+        Part("Busy", str(gpus_total - idle_n), _pct(gpus_total - idle_n, gpus_total), key="busy"),
+    ]
+    utilizations = [gpu.utilization_pct for gpu in gpus if gpu.utilization_pct is not None]
+    powers = [gpu.power_w for gpu in gpus if gpu.power_w is not None]
+
+    # Rounded so that the parts shown add up to the total shown (largest remainder).
+    equivalents = [a.gpu_equivalents for a in modes]
+    total_equivalents = sum(equivalents, Fraction(0))
+    shown_equivalents = largest_remainder(equivalents, 2)
+    allocation_parts = [
+        Part(mode_labels.get(a.mode, a.mode), format_number(shown, 2), _pct(a.gpu_equivalents, a.gpus),
+             f"of {a.gpus} GPU{'s' if a.gpus != 1 else ''} · {_partitions_note(a)}", a.mode)
+        for a, shown in zip(modes, shown_equivalents, strict=True)
+    ]
+    memory_allocated = sum(a.memory_allocated_mib for a in modes)
+    memory_total = sum(a.memory_mib for a in modes)
+    shown_gb = largest_remainder([Fraction(a.memory_allocated_mib, 1024) for a in modes], 1)
+    memory_parts = [
+        Part(mode_labels.get(a.mode, a.mode), f"{format_number(gb, 1)} GB", _pct(a.memory_allocated_mib, a.memory_mib),
+             f"of {format_gb(a.memory_mib)}", a.mode)
+        for a, gb in zip(modes, shown_gb, strict=True)
+    ]
+    return ClusterOverview(
+        nodes_total=len(nodes),
+        node_parts=node_parts,
+        gpus_total=gpus_total,
+        mode_parts=mode_parts,
+        use_parts=use_parts,
+        idle_parts=idle_parts,
+        reporting_gpus=len(utilizations),
+        power_gpus=len(powers),
+        power_w=sum(powers) if powers else None,
+        mean_utilization_pct=sum(utilizations) / len(utilizations) if utilizations else None,
+        allocated_gpu_equivalents=format_number(sum(shown_equivalents, Fraction(0)), 2),
+        allocated_pct=_pct(total_equivalents, gpus_total),
+        allocation_parts=allocation_parts,
+        memory_allocated=f"{format_number(sum(shown_gb, Fraction(0)), 1)} GB",
+        memory_total=format_gb(memory_total),
+        memory_pct=_pct(memory_allocated, memory_total),
+        memory_parts=memory_parts,
+    )
