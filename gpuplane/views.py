@@ -52,8 +52,8 @@ class OverviewView(RoleRequiredMixin, TemplateView):
             modes=[
                 {
                     "key": part.key, "label": part.label, "note": part.note, "gpus": part.value,
-                    "allocated": allocation_by_mode[part.key].value, "allocation_note": allocation_by_mode[part.key].note,
-                    "memory": memory_by_mode[part.key].value, "memory_note": memory_by_mode[part.key].note,
+                    "allocated": allocation_by_mode[part.key].value, "partitions_note": allocation_by_mode[part.key].note,
+                    "memory": memory_by_mode[part.key].value, "memory_of": memory_by_mode[part.key].note,
                 }
                 for part in overview.mode_parts
             ],

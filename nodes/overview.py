@@ -70,6 +70,15 @@ class ClusterOverview:
     reporting_gpus: int
     power_gpus: int
     power_w: float | None
+
+    @property
+    def power(self) -> str:
+        """Power drawn for people: "850 W", "12.2 kW"; "—" without any power reading."""
+        if self.power_w is None:
+            return "—"
+        if self.power_w < 1000:
+            return f"{self.power_w:.0f} W"
+        return f"{format_number(self.power_w / 1000, 1)} kW"
     mean_utilization_pct: float | None
     allocated_gpu_equivalents: str
     allocated_pct: float
@@ -161,7 +170,7 @@ def cluster_overview() -> ClusterOverview:
     shown_equivalents = largest_remainder(equivalents, 2)
     allocation_parts = [
         Part(mode_labels.get(a.mode, a.mode), format_number(shown, 2), _pct(a.gpu_equivalents, a.gpus),
-             f"of {a.gpus} GPU{'s' if a.gpus != 1 else ''} · {_partitions_note(a)}", a.mode)
+             _partitions_note(a), a.mode)
         for a, shown in zip(modes, shown_equivalents, strict=True)
     ]
     memory_allocated = sum(a.memory_allocated_mib for a in modes)
@@ -169,7 +178,7 @@ def cluster_overview() -> ClusterOverview:
     shown_gb = largest_remainder([Fraction(a.memory_allocated_mib, 1024) for a in modes], 1)
     memory_parts = [
         Part(mode_labels.get(a.mode, a.mode), f"{format_number(gb, 1)} GB", _pct(a.memory_allocated_mib, a.memory_mib),
-             f"of {format_gb(a.memory_mib)}", a.mode)
+             format_gb(a.memory_mib), a.mode)
         for a, gb in zip(modes, shown_gb, strict=True)
     ]
     return ClusterOverview(

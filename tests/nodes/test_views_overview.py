@@ -38,18 +38,19 @@ def test_the_overview_summarises_the_cluster(viewer_client, cluster):
     assert parts(overview.use_parts) == [("allocated", "2"), ("unallocated", "2")]
     assert parts(overview.idle_parts) == [("idle", "1"), ("busy", "3")]
     assert (overview.reporting_gpus, overview.mean_utilization_pct) == (2, 40.0)
-    assert (overview.power_gpus, overview.power_w) == (2, 824.0)  # 412 W + 412 W
+    assert (overview.power_gpus, overview.power_w, overview.power) == (2, 824.0, "824 W")  # 412 W + 412 W
     # GPU-equivalents: one 1/4 MPS slot + the 3g.40gb's 3/7 = 0.6786 -> 0.68 = 0.25 + 0.43 + 0.
     assert overview.allocated_gpu_equivalents == "0.68"
     assert parts(overview.allocation_parts) == [("mps", "0.25"), ("exclusive", "0"), ("mig", "0.43")]
-    assert overview.allocation_parts[0].note == "of 2 GPUs · 1 of 8 MPS slots"
-    assert overview.allocation_parts[2].note == "of 1 GPU · 1 of 2 MIG instances"
+    assert overview.allocation_parts[0].note == "1 of 8 MPS slots"
+    assert overview.allocation_parts[2].note == "1 of 2 MIG instances"
     # Memory: the slot's 81559 // 4 = 20389 MiB = 19.9 GB of 3 x 81559 + 23034 MiB = 261.4 GB.
     assert (overview.memory_allocated, overview.memory_total) == ("19.9 GB", "261.4 GB")
     assert [(r.label, r.count) for r in response.context["gpus_by_model"]] == [(H100, 3), ("L4", 1)]
     body = response.content.decode()
     assert 'href="/nodes/"' in body
-    assert "Partitions" not in body  # no count that adds MIG instances, slots and GPUs as equal units
+    assert "of 10 in use" not in body  # no count adding 8 MPS slots and 2 MIG instances as equal units
+    assert "1 of 8 MPS slots" in body and "1 of 2 MIG instances" in body  # each kind in its own unit
 
 
 def test_every_overview_count_equals_the_sum_of_its_breakdown(viewer_client, cluster):
