@@ -149,28 +149,24 @@ def gpu_row(gpu: GPU, holders: Mapping[int, HolderInfo]) -> GPURow:
     )
 
 
-def _partition_count(*, used_only: bool = False) -> Coalesce:
-    """A per-node count of partitions (all, or only those with an occupant) as a correlated subquery.
-
-    Subqueries rather than joined aggregates: joining GPUs and partitions in one query would
-    weight the utilization mean by each GPU's partition count.
-    """
-    qs = Partition.objects.filter(gpu__node=OuterRef("pk"))
-    if used_only:
-        qs = qs.filter(occupied_partition_filter())
-    counted = qs.order_by().values("gpu__node").annotate(n=Count("id")).values("n")
-    return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
+def mig_share_corrections(node_ids: list[int]) -> dict[int, Fraction]:
+    """Per node, what its occupied MIG instances add on top of their stored, rounded-down shares
+    (3g: 3/7 - 0.428), so that GPU.allocated_milli sums read as exact GPU-equivalents. One query."""
+    corrections: dict[int, Fraction] = {}
+    occupied = Partition.objects.filter(occupied_partition_filter(), gpu__node__in=node_ids, kind=PartitionKind.MIG)
+    for node_id, share_milli, profile in occupied.values_list("gpu__node_id", "share_milli", "mig_profile"):
+        exact = gpu_equivalent(PartitionKind.MIG, share_milli, profile) - Fraction(share_milli, SHARE_MILLI_FULL)
+        corrections[node_id] = corrections.get(node_id, Fraction(0)) + exact
+    return corrections
 
 
 def node_list_queryset() -> QuerySet[Node]:
-    """Nodes annotated with `gpus_n`, `mean_utilization_pct` (None without telemetry), `partitions_n`,
-    `partitions_used_n` and `allocated_milli` (compute handed out, summed over the node's GPUs)."""
+    """Nodes annotated with `gpus_n`, `mean_utilization_pct` (None without telemetry) and
+    `allocated_milli` (compute handed out, summed over the node's GPUs)."""
     gpus = GPU.objects.filter(node=OuterRef("pk")).order_by().values("node")
     return Node.objects.annotate(
         gpus_n=Coalesce(Subquery(gpus.annotate(n=Count("id")).values("n"), output_field=IntegerField()), 0),
         mean_utilization_pct=Subquery(gpus.annotate(u=Avg("utilization_pct")).values("u")),
-        partitions_n=_partition_count(),
-        partitions_used_n=_partition_count(used_only=True),
         allocated_milli=Coalesce(
             Subquery(gpus.annotate(s=Sum("allocated_milli")).values("s"), output_field=IntegerField()), 0
         ),
@@ -230,13 +226,15 @@ class NodeListView(RoleRequiredMixin, ListView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        for node in context["nodes"]:
+        nodes = list(context["nodes"])
+        corrections = mig_share_corrections([node.pk for node in nodes])
+        for node in nodes:
             node.sharing_label = sharing_label(node.sharing_mode, node.sharing_replicas)
-            # Measured in GPU share, not partition count: weighted-MPS shares exist as partitions
+            # In GPU-equivalents, not partition count: weighted-MPS shares exist as partitions
             # only once handed out, so "2 / 2 partitions" would read as a full node.
-            capacity_milli = node.gpus_n * SHARE_MILLI_FULL
-            node.allocated_pct = round(node.allocated_milli * 100 / capacity_milli) if capacity_milli else 0
-            node.allocated_gpus = node.allocated_milli / SHARE_MILLI_FULL
+            allocated = Fraction(node.allocated_milli, SHARE_MILLI_FULL) + corrections.get(node.pk, Fraction(0))
+            node.allocated_pct = round(allocated * 100 / node.gpus_n) if node.gpus_n else 0
+            node.allocated_gpus = format_number(allocated, 2)
         context.update(filter_list_context(self.request, self.filterset))
         return context
 
@@ -311,7 +309,7 @@ class GPUDetailView(RoleRequiredMixin, TemplateView):
             sharing_label=sharing_label(gpu.node.sharing_mode, gpu.node.sharing_replicas),
             memory_used=format_gb(gpu.memory_used_mib),
             memory_used_pct=memory_used_pct(gpu),
-            partitions_used_n=sum(1 for p in row.partitions if p.occupant is not None),
+            partition_facts=partition_facts([(p.partition.kind, p.occupant is not None) for p in row.partitions]),
             telemetry_gpu_index=gpu.index,
             **telemetry_context(
                 self.request, reverse("nodes-api:gpu-series", args=[gpu.uuid]), has_samples=gpu.sampled_at is not None

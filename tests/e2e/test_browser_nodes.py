@@ -122,7 +122,8 @@ def test_the_overview_and_narrow_screens(page: Page, live_server, staff_user, de
     page.goto(f"{live_server.url}/")
     expect(page.get_by_role("heading", name="Cluster overview")).to_be_visible()
     expect(page.get_by_role("region", name="Nodes")).to_contain_text("3")
-    expect(page.get_by_role("region", name="Partitions")).to_contain_text("2 of 15 in use")
+    # One 1/4 MPS slot and one 3g.40gb (3/7) in use: 0.68 of the 5 GPUs' compute, in GPU-equivalents.
+    expect(page.get_by_role("region", name="Allocated")).to_contain_text("0.68 of 5 GPU-equivalents")
     expect(page.get_by_role("row", name="H100-SXM5-80GB 4")).to_be_visible()
     page.screenshot(path=tmp_path / "overview.png", full_page=True)
 

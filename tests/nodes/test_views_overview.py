@@ -1,5 +1,6 @@
 """The cluster overview: every count with a breakdown that adds up to it, allocation in
-GPU-equivalents and GB, and the idle / allocated GPUs that /metrics exports.
+GPU-equivalents and GB, and the idle / allocated GPUs that /metrics exports; the node list's
+allocation in exact GPU-equivalents.
 
 Uses test_views' three-node `cluster` fixture (an MPS x4 node with telemetry, a MIG node, a
 cordoned NotReady L4 node).
@@ -70,3 +71,13 @@ def test_the_overview_shows_the_idle_and_allocated_gpus_that_metrics_exports(vie
     exported = dict(re.findall(r"^(gpuplane_gpus_(?:idle|allocated)) (\S+)$", metrics, re.M))
     assert float(exported["gpuplane_gpus_idle"]) == int(overview.idle_parts[0].value)
     assert float(exported["gpuplane_gpus_allocated"]) == int(overview.use_parts[0].value)
+
+
+def test_the_node_list_states_mig_allocation_exactly(viewer_client, cluster):
+    # Seven used 1g instances fill a GPU: 7 x 1/7 = 1, where the stored shares add up to 7 x 142 = 994.
+    node = test_views.Node.objects.create(name="full-mig", gpu_model=H100, gpu_count=1, sharing_mode="mig")
+    gpu = test_views.make_gpu(node, 0, mig_enabled=True, allocated_milli=994)
+    for slot in range(7):
+        test_views.mig(gpu, slot, "1g.10gb", slot, 1, pod=f"ml/small-{slot}")
+    rows = test_views.table_rows(viewer_client.get("/nodes/?search=full-mig").content.decode())
+    assert f"full-mig {H100} 1 MIG — 1 / 1 GPUs Ready" in rows
