@@ -228,6 +228,14 @@ BAD_BATCHES: list[tuple[str, Callable[[], Any], tuple[str, ...], str]] = [
     ("memory past int32", lambda: with_sample(memory_used_mib=LIMIT + 1), ("samples", "1", "memory_used_mib"), str(LIMIT)),
     ("huge integer", lambda: with_sample(power_w=10**400), ("samples", "1", "power_w"), "too large"),
     ("negative power", lambda: with_sample(power_w=-0.1), ("samples", "1", "power_w"), "greater than or equal to 0"),
+    ("power 1.7e308", lambda: with_sample(power_w=1.7e308), ("samples", "1", "power_w"), "less than or equal to 2000"),
+    ("clock past any GPU", lambda: with_sample(sm_clock_mhz=4000), ("samples", "1", "sm_clock_mhz"), "less than or equal to 3500"),
+    # Past the limits of n1's GPUs (H100-SXM5-80GB, 81920 MiB), though within those of some GPU.
+    ("power past 1.5 x TDP", lambda: with_sample(power_w=1051), ("samples", "1", "power_w"), "at most 1050, 1.5 × the 700 W TDP of H100-SXM5-80GB; got 1051"),
+    ("memory past the GPU's", lambda: with_sample(memory_used_mib=90000), ("samples", "1", "memory_used_mib"), r"at most 81920, the GPU's memory \(81920 MiB\)"),
+    ("total past the GPU's", lambda: with_sample(memory_total_mib=163840), ("samples", "1", "memory_total_mib"), "at most 81920"),
+    ("clock past the model's", lambda: with_sample(sm_clock_mhz=2500), ("samples", "1", "sm_clock_mhz"), "1980 MHz maximum clock"),
+    ("used over total", lambda: with_sample(memory_used_mib=4096, memory_total_mib=2048), ("samples", "1", "memory_used_mib"), r"must not exceed memory_total_mib \(2048\)"),
     ("too cold", lambda: with_sample(temperature_c=-51), ("samples", "1", "temperature_c"), "-50"),
     ("too hot", lambda: with_sample(temperature_c=150.5), ("samples", "1", "temperature_c"), "150"),
     ("missing gpu_uuid", lambda: without("gpu_uuid"), ("samples", "1", "gpu_uuid"), "required"),
@@ -299,6 +307,10 @@ def test_it_follows_the_batch_limit_setting(operator_api, n1, settings):
     [
         ('{"node": "n1", "samples": [', "application/json", 400),  # truncated JSON
         ('{"node": "n1", "samples": [{"gpu_uuid": "GPU-n1-0", "ts": "%s", "power_w": NaN}]}', "application/json", 400),
+        ('{"node": "n1", "samples": [{"gpu_uuid": "GPU-n1-0", "ts": "%s", "power_w": Infinity}]}', "application/json", 400),
+        ('{"node": "n1", "samples": [{"gpu_uuid": "GPU-n1-0", "ts": "%s", "power_w": -Infinity}]}', "application/json", 400),
+        # Python's json reads 1e999 as inf without complaint: the field must refuse it.
+        ('{"node": "n1", "samples": [{"gpu_uuid": "GPU-n1-0", "ts": "%s", "temperature_c": 1e999}]}', "application/json", 400),
         ("node=n1&samples=x", "application/x-www-form-urlencoded", 415),
     ],
 )
