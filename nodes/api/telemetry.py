@@ -114,12 +114,16 @@ class TelemetrySampleSerializer(RejectUnknownKeysMixin, serializers.Serializer):
     ts = AwareDateTimeField(help_text="When the sample was taken (ISO 8601 with Z or an offset).")
     utilization_pct = _metric(StrictFloatField, "utilization_pct", "GPU utilization, percent.")
     memory_used_mib = _metric(
-        StrictIntegerField, "memory_used_mib", "Framebuffer memory used, MiB; at most the GPU's memory and memory_total_mib."
+        StrictIntegerField, "memory_used_mib", "Framebuffer memory used, MiB; at most the GPU's and memory_total_mib."
     )
-    memory_total_mib = _metric(StrictIntegerField, "memory_total_mib", "Framebuffer memory in total, MiB; at most the GPU's memory.")
+    memory_total_mib = _metric(
+        StrictIntegerField, "memory_total_mib", "Framebuffer memory in total, MiB; at most the GPU's memory."
+    )
     power_w = _metric(StrictFloatField, "power_w", "Power draw, watts; at most 1.5 × the TDP of the GPU's model.")
     temperature_c = _metric(StrictFloatField, "temperature_c", "GPU temperature, degrees Celsius.")
-    sm_clock_mhz = _metric(StrictIntegerField, "sm_clock_mhz", "SM clock, MHz; at most 1.25 × the model's maximum clock.")
+    sm_clock_mhz = _metric(
+        StrictIntegerField, "sm_clock_mhz", "SM clock, MHz; at most 1.25 × the maximum clock of the GPU's model."
+    )
 
 
 class SampleListField(serializers.ListField):
