@@ -195,12 +195,22 @@ class CanPostTelemetry(BasePermission):
         return bool(request.user and request.user.is_authenticated and has_role(request.user, OPERATOR))
 
 
+class TelemetryJSONParser(JSONParser):
+    """JSON only; a body nested deeper than the decoder can follow is a 400 like any malformed body, not a 500."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError as exc:
+            raise exceptions.ParseError("JSON parse error - nested too deeply.") from exc
+
+
 class TelemetryView(APIView):
     """Receive a batch of GPU samples of one node."""
 
     authentication_classes = [NodeAgentTokenAuthentication, TokenAuthentication, SessionAuthentication]
     permission_classes = [CanPostTelemetry]
-    parser_classes = [JSONParser]
+    parser_classes = [TelemetryJSONParser]
     # Read by nodes.authentication.NodeAgentTokenScheme: list agent tokens for this operation.
     accepts_agent_tokens = True
 
