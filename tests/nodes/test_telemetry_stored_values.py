@@ -126,3 +126,16 @@ def test_the_series_api_answers_200_with_nulls_for_implausible_stored_values(vie
         assert points, body
         assert all(point["power_w"] in (None, 200.0) for point in points), points
         assert all(finite_or_none(v) for point in points for k, v in point.items() if k != "ts")
+
+
+@pytest.mark.parametrize("bad", [1.7e308, float("inf"), float("nan")], ids=repr)
+def test_the_gpu_api_shows_implausible_latest_values_as_null(viewer_api, gpu, bad):
+    write_by_sql(GPU, gpu.pk, power_w=bad, temperature_c=bad)
+
+    for url in ("/api/v1/gpus/", f"/api/v1/gpus/{gpu.uuid}/"):
+        response = viewer_api.get(url)
+
+        assert response.status_code == 200, response.content[:300]
+        body = json.loads(response.content)
+        row = body["results"][0] if "results" in body else body
+        assert (row["uuid"], row["power_w"], row["temperature_c"]) == (gpu.uuid, None, None)
