@@ -11,7 +11,9 @@ Where each number comes from:
   marketing size: an "80 GB" H100 reports 81559 MiB, an "141 GB" H200 143771 MiB. Comparing the
   catalog with what a node reports therefore needs no unit conversion.
 - ``fp16_tflops`` / ``int8_tops`` are dense tensor-core figures (no sparsity), ``tdp_w`` the board
-  power limit (SXM / PCIe variant as named by the key).
+  power limit (SXM / PCIe variant as named by the key), ``max_sm_clock_mhz`` the highest SM
+  (boost) clock of the board, as ``nvidia-smi -q`` lists under "Max Clocks". Telemetry bounds
+  what it accepts by these (``nodes.telemetry.limits``).
 - MIG profiles follow the geometry table of DESIGN.md section 4; see ``_MIG_GEOMETRY``. A
   profile's ``memory_mib`` is its share of the board's memory slices,
   ``memory_slices * memory_mib // 8``. On the A100s that equals the nominal size in the profile
@@ -67,6 +69,7 @@ class GPUModel:
     compute_capability: tuple[int, int]
     mig_profiles: tuple[MIGProfile, ...]
     gfd_products: tuple[str, ...]
+    max_sm_clock_mhz: int
 
     @property
     def mig_capable(self) -> bool:
@@ -182,8 +185,23 @@ def _model(
         compute_capability=compute_capability,
         mig_profiles=_mig_profiles(memory_mib, mig_names) if mig_names else (),
         gfd_products=gfd_products,
+        max_sm_clock_mhz=_MAX_SM_CLOCK_MHZ[key],
     )
 
+
+# Highest SM (boost) clock per model, MHz, from the datasheets ("Max Clocks SM" in nvidia-smi -q).
+_MAX_SM_CLOCK_MHZ = {
+    "A100-SXM4-40GB": 1410,
+    "A100-SXM4-80GB": 1410,
+    "H100-SXM5-80GB": 1980,
+    "H100-PCIe-80GB": 1755,
+    "H100-NVL-94GB": 1785,
+    "H200-SXM-141GB": 1980,
+    "L40S": 2520,
+    "L4": 2040,
+    "T4": 1590,
+    "V100-SXM2-32GB": 1530,
+}
 
 _MIG_A100_40GB = ("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")
 _MIG_80GB = ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")

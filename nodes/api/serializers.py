@@ -6,12 +6,15 @@ Kubernetes name them.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import Avg, Count, Q, QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from nodes.models import GPU, Node, Partition
+from nodes.telemetry.samples import plausible
 from nodes.vocabulary import TAINT_EFFECTS
 
 
@@ -92,6 +95,21 @@ class NodeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class LatestMetricField(serializers.FloatField):
+    """A GPU row's latest value of a telemetry metric; null when not measured or when no GPU could report it.
+
+    Ingest refuses such values; one written before the telemetry bounds, or by SQL (inf, NaN),
+    must still not make the listing's JSON fail.
+    """
+
+    def __init__(self, metric: str, **kwargs: Any) -> None:
+        self.metric = metric
+        super().__init__(read_only=True, allow_null=True, **kwargs)
+
+    def to_representation(self, value: Any) -> float | None:
+        return float(value) if plausible(self.metric, value) else None
+
+
 class GPUSerializer(serializers.ModelSerializer):
     """A GPU with its allocation and latest telemetry (telemetry fields are null until sampled)."""
 
@@ -99,6 +117,9 @@ class GPUSerializer(serializers.ModelSerializer):
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     free_milli = serializers.IntegerField(read_only=True, help_text="Compute not yet allocated, in thousandths.")
     free_memory_mib = serializers.IntegerField(read_only=True, help_text="Memory not yet allocated, in MiB.")
+    utilization_pct = LatestMetricField("utilization_pct", help_text="Latest utilization, percent.")
+    power_w = LatestMetricField("power_w", help_text="Latest power draw, watts.")
+    temperature_c = LatestMetricField("temperature_c", help_text="Latest GPU temperature, degrees Celsius.")
 
     class Meta:
         model = GPU

@@ -8,13 +8,17 @@ Body (JSON only)::
                   "temperature_c": 61.0, "sm_clock_mhz": 1980}]}
 
 `gpu_uuid` and `ts` (ISO 8601 with Z or an offset) are required; a metric that was not measured
-is null or left out; any other key is refused. Numbers must be JSON numbers (not strings or
-booleans). Answers:
+is null or left out; any other key is refused. Numbers must be finite JSON numbers (not strings,
+booleans, NaN or Infinity) within physical bounds: those of any GPU (the schema's minimum and
+maximum), then those of the sample's GPU (nodes.telemetry.limits): memory at most the GPU's
+memory (and used at most total), power at most 1.5 × its model's TDP, SM clock at most 1.25 × its
+maximum clock. Answers:
 
 - 201 `{"stored": n, "duplicates": m}`: duplicates are samples already stored (same GPU and ts),
   so an agent re-sending a batch after a lost answer stores nothing twice.
 - 400 with messages per field, per sample index (nodes.telemetry.validation explains the shape); nothing
-  is stored when any sample is refused.
+  is stored when any sample is refused. An unknown node is a 400 on `node`, an unknown GPU (or one
+  of another node) a 400 on that sample's `gpu_uuid`.
 - 401 without credentials or with an unknown or revoked agent token; 403 for an agent token of
   another node, or a user below the operator role.
 
@@ -109,11 +113,17 @@ class TelemetrySampleSerializer(RejectUnknownKeysMixin, serializers.Serializer):
     gpu_uuid = serializers.CharField(max_length=96, help_text="The GPU's UUID, as NVML reports it.")
     ts = AwareDateTimeField(help_text="When the sample was taken (ISO 8601 with Z or an offset).")
     utilization_pct = _metric(StrictFloatField, "utilization_pct", "GPU utilization, percent.")
-    memory_used_mib = _metric(StrictIntegerField, "memory_used_mib", "Framebuffer memory used, MiB.")
-    memory_total_mib = _metric(StrictIntegerField, "memory_total_mib", "Framebuffer memory in total, MiB.")
-    power_w = _metric(StrictFloatField, "power_w", "Power draw, watts.")
+    memory_used_mib = _metric(
+        StrictIntegerField, "memory_used_mib", "Framebuffer memory used, MiB; at most the GPU's and memory_total_mib."
+    )
+    memory_total_mib = _metric(
+        StrictIntegerField, "memory_total_mib", "Framebuffer memory in total, MiB; at most the GPU's memory."
+    )
+    power_w = _metric(StrictFloatField, "power_w", "Power draw, watts; at most 1.5 × the TDP of the GPU's model.")
     temperature_c = _metric(StrictFloatField, "temperature_c", "GPU temperature, degrees Celsius.")
-    sm_clock_mhz = _metric(StrictIntegerField, "sm_clock_mhz", "SM clock, MHz.")
+    sm_clock_mhz = _metric(
+        StrictIntegerField, "sm_clock_mhz", "SM clock, MHz; at most 1.25 × the maximum clock of the GPU's model."
+    )
 
 
 class SampleListField(serializers.ListField):
@@ -185,12 +195,22 @@ class CanPostTelemetry(BasePermission):
         return bool(request.user and request.user.is_authenticated and has_role(request.user, OPERATOR))
 
 
+class TelemetryJSONParser(JSONParser):
+    """JSON only; a body nested deeper than the decoder can follow is a 400 like any malformed body, not a 500."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError as exc:
+            raise exceptions.ParseError("JSON parse error - nested too deeply.") from exc
+
+
 class TelemetryView(APIView):
     """Receive a batch of GPU samples of one node."""
 
     authentication_classes = [NodeAgentTokenAuthentication, TokenAuthentication, SessionAuthentication]
     permission_classes = [CanPostTelemetry]
-    parser_classes = [JSONParser]
+    parser_classes = [TelemetryJSONParser]
     # Read by nodes.authentication.NodeAgentTokenScheme: list agent tokens for this operation.
     accepts_agent_tokens = True
 
@@ -203,7 +223,9 @@ class TelemetryView(APIView):
             400: OpenApiResponse(
                 description=(
                     "Refused; nothing stored. Messages per field; `samples` holds either messages about the "
-                    'batch as a whole or, per sample index, messages per field: {"samples": {"3": {"ts": [...]}}}.'
+                    'batch as a whole or, per sample index, messages per field: {"samples": {"3": {"ts": [...]}}}. '
+                    "Also the answer for an unknown `node`, an unknown GPU UUID or a GPU of another node, and "
+                    "for a metric past its GPU's physical limits (memory, 1.5 × the TDP, 1.25 × the maximum clock)."
                 )
             ),
             401: OpenApiResponse(description="No credentials, or an unknown or revoked agent token."),

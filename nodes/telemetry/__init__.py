@@ -3,6 +3,7 @@
 One concern per module; import from the module that owns a name:
 
 - `samples`     what a sample is: SampleIn, the metrics and their accepted ranges (pure Python)
+- `limits`      each GPU's physical limits from the catalog (memory, 1.5 x TDP, 1.25 x max clock)
 - `validation`  the rules a batch must pass, TelemetryRejected and the shape of its errors
 - `storage`     the database statements: resolve GPU UUIDs, insert samples, refresh GPU rows
 - `ingest`      ingest_samples (an agent's batch, all or nothing) and write_samples

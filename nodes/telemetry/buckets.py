@@ -9,8 +9,9 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-from nodes.telemetry.samples import ROLLUP_FIELDS
+from nodes.telemetry.samples import ROLLUP_FIELDS, plausible
 
 
 def bucket_start(ts: datetime, bucket_s: int) -> datetime:
@@ -27,13 +28,22 @@ class Bucket:
     sums: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     maxima: dict[str, float] = field(default_factory=dict)
+    skipped: int = 0  # values left out for not being plausible
 
     def add(self, values: dict[str, float | int | None]) -> None:
-        """Count one sample; a metric it lacks (None) leaves that metric's mean and maximum alone."""
+        """Count one sample; a metric it lacks (None) leaves that metric's mean and maximum alone.
+
+        So does a value that no GPU could report (not `plausible`: NaN, inf, 1.7e308, out of
+        METRIC_RANGES), counted in `skipped`: a row stored before the bounds existed, or written
+        by hand, must not overflow a sum to inf nor drag a mean off the chart.
+        """
         self.samples += 1
         for name in ROLLUP_FIELDS:
             value = values[name]
             if value is None:
+                continue
+            if not plausible(name, value):
+                self.skipped += 1
                 continue
             self.sums[name] += value
             self.counts[name] += 1
@@ -57,3 +67,13 @@ def weighted_mean(avg_a: float | None, n_a: int, avg_b: float | None, n_b: int) 
 def max_or_none(a: float | None, b: float | None) -> float | None:
     """The larger of two optional maxima; None only when both are."""
     return b if a is None else a if b is None else max(a, b)
+
+
+def plausible_or_none(row: Any, name: str) -> tuple[float | None, float | None]:
+    """A rollup row's stored mean and maximum of metric `name`, each None unless `plausible`.
+
+    Rows are read back as stored: one written before the telemetry bounds, or by SQL, may hold
+    inf, NaN or 1.7e308, which would overflow a merged mean or break a chart's JSON.
+    """
+    avg, maximum = getattr(row, f"{name}_avg"), getattr(row, f"{name}_max")
+    return (avg if plausible(name, avg) else None, maximum if plausible(name, maximum) else None)

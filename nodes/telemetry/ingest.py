@@ -45,9 +45,10 @@ def ingest_samples(
     The whole batch is checked first, and every problem is reported at once as TelemetryRejected:
     more than settings.TELEMETRY_MAX_BATCH samples; an unknown GPU UUID; with `node`, a GPU of
     another node; a naive `ts`, one later than `now` + TELEMETRY_MAX_FUTURE_SKEW_S, or one older
-    than the rollup retention (it would be deleted at once); a metric out of METRIC_RANGES or not
-    finite. Nothing is written then. A `source` longer than GPUSample.source allows is a
-    ValueError (a caller's bug, not bad telemetry).
+    than the rollup retention (it would be deleted at once); a metric not finite, out of
+    METRIC_RANGES or past its GPU's physical limits (nodes.telemetry.limits). Nothing is written
+    then. A `source` longer than GPUSample.source allows is a ValueError (a caller's bug, not bad
+    telemetry).
 
     Otherwise one query has resolved the UUIDs, and `write_samples` stores the batch.
     """

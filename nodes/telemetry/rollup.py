@@ -10,6 +10,7 @@ Lifecycle of a sample (settings, DESIGN.md section 8):
 """
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,9 +22,11 @@ from django.db.models import Min
 from django.utils import timezone
 
 from nodes.models import GPUSample, GPUSampleRollup
-from nodes.telemetry.buckets import Bucket, bucket_start, max_or_none, weighted_mean
+from nodes.telemetry.buckets import Bucket, bucket_start, max_or_none, plausible_or_none, weighted_mean
 from nodes.telemetry.samples import ROLLUP_FIELDS
 from nodes.telemetry.storage import INSERT_CHUNK_ROWS
+
+logger = logging.getLogger(__name__)
 
 # Rollup works through a backlog this many buckets at a time (one transaction each), so a
 # first run after a long pause never loads a whole day of samples at once.
@@ -38,6 +41,7 @@ class RollupReport:
     samples_rolled_up: int  # raw samples folded into buckets, then deleted
     rollups_written: int  # bucket rows created or updated
     rollups_expired: int  # bucket rows deleted for being older than their retention
+    values_skipped: int = 0  # implausible stored values (inf, NaN, 1.7e308 W) left out of the buckets
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready values (the task's result): `cutoff` in ISO 8601."""
@@ -60,12 +64,17 @@ def rollup_and_expire(now: datetime | None = None) -> RollupReport:
     rolled up (an agent back from a long outage) is merged into the existing row: counts add,
     maxima combine, means are weighted by sample counts (exact when every sample had the metric).
 
+    A stored value no GPU could report (NaN, inf, 1.7e308 W: rows from before the telemetry
+    bounds, or written by SQL) is left out of its bucket as if not measured, counted in
+    `values_skipped` and logged; an existing bucket row holding one is repaired the same way
+    when merged into. A bucket's figures are therefore always plausible, finite numbers.
+
     Finally, bucket rows starting before `now` - TELEMETRY_ROLLUP_RETENTION_D are deleted.
     """
     now = now or timezone.now()
     bucket_s = settings.TELEMETRY_ROLLUP_BUCKET_S
     cutoff = bucket_start(now - timedelta(hours=settings.TELEMETRY_RAW_RETENTION_H), bucket_s)
-    rolled_up = written = 0
+    rolled_up = written = skipped = 0
     while True:
         with transaction.atomic():
             oldest = GPUSample.objects.filter(ts__lt=cutoff).aggregate(oldest=Min("ts"))["oldest"]
@@ -74,11 +83,17 @@ def rollup_and_expire(now: datetime | None = None) -> RollupReport:
             chunk_end = min(cutoff, bucket_start(oldest, bucket_s) + timedelta(seconds=bucket_s * ROLLUP_CHUNK_BUCKETS))
             buckets = _delete_and_aggregate(chunk_end, bucket_s)
             rolled_up += sum(bucket.samples for bucket in buckets.values())
+            skipped += sum(bucket.skipped for bucket in buckets.values())
             written += _store_buckets(buckets, bucket_s)
     expired, _ = GPUSampleRollup.objects.filter(
         bucket_start__lt=now - timedelta(days=settings.TELEMETRY_ROLLUP_RETENTION_D)
     ).delete()
-    return RollupReport(cutoff=cutoff, samples_rolled_up=rolled_up, rollups_written=written, rollups_expired=expired)
+    if skipped:
+        logger.warning("telemetry rollup: %d implausible stored value(s) left out of the buckets", skipped)
+    return RollupReport(
+        cutoff=cutoff, samples_rolled_up=rolled_up, rollups_written=written, rollups_expired=expired,
+        values_skipped=skipped,
+    )
 
 
 def _as_aware(value: datetime | str) -> datetime:
@@ -127,9 +142,10 @@ def _store_buckets(buckets: dict[tuple[int, datetime], Bucket], bucket_s: int) -
         else:
             to_update.append(row)
         for name in ROLLUP_FIELDS:
-            merged_avg = weighted_mean(getattr(row, f"{name}_avg"), row.samples, bucket.avg(name), bucket.samples)
+            stored_avg, stored_max = plausible_or_none(row, name)
+            merged_avg = weighted_mean(stored_avg, row.samples, bucket.avg(name), bucket.samples)
             setattr(row, f"{name}_avg", merged_avg)
-            setattr(row, f"{name}_max", max_or_none(getattr(row, f"{name}_max"), bucket.maxima.get(name)))
+            setattr(row, f"{name}_max", max_or_none(stored_max, bucket.maxima.get(name)))
         row.samples += bucket.samples
     GPUSampleRollup.objects.bulk_create(to_create, batch_size=INSERT_CHUNK_ROWS)
     GPUSampleRollup.objects.bulk_update(

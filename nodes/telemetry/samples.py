@@ -5,26 +5,44 @@ from its readings without a database.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 
 # Largest value a PositiveIntegerField holds on every supported database (PostgreSQL `integer`).
 MAX_INT32 = 2**31 - 1
+# Bounds no GPU board passes, whatever its model (B200: 1000 W, L40S: 2520 MHz). A GPU of a
+# catalog model is held to its own, tighter limits (nodes.telemetry.limits).
+MAX_BOARD_POWER_W = 2000
+MAX_SM_CLOCK_MHZ = 3500
 
-# Accepted range of each metric, inclusive; the API serializer declares the same bounds.
-METRIC_RANGES: dict[str, tuple[float, float | None]] = {
+# Accepted range of each metric for any GPU, inclusive; the API serializer declares the same bounds.
+METRIC_RANGES: dict[str, tuple[float, float]] = {
     "utilization_pct": (0, 100),
     "memory_used_mib": (0, MAX_INT32),
     "memory_total_mib": (0, MAX_INT32),
-    "power_w": (0, None),
+    "power_w": (0, MAX_BOARD_POWER_W),
     "temperature_c": (-50, 150),
-    "sm_clock_mhz": (0, MAX_INT32),
+    "sm_clock_mhz": (0, MAX_SM_CLOCK_MHZ),
 }
 METRIC_FIELDS: tuple[str, ...] = tuple(METRIC_RANGES)
 # The metrics mirrored on GPU rows (GPU has no memory_total_mib / sm_clock_mhz columns).
 LATEST_FIELDS: tuple[str, ...] = ("utilization_pct", "memory_used_mib", "power_w", "temperature_c")
 # The metrics rolled up into buckets (avg and max of each).
 ROLLUP_FIELDS: tuple[str, ...] = ("utilization_pct", "memory_used_mib", "power_w", "temperature_c")
+
+
+def plausible(name: str, value: object) -> bool:
+    """True when `value` is a finite number within METRIC_RANGES[name]: a figure some GPU could report.
+
+    What validation admits always is; rows stored before these bounds, or written by hand, may
+    not be, and readers (rollup, chart series) leave such values out rather than average them.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    low, high = METRIC_RANGES[name]
+    # An int is compared as it is: math.isfinite would overflow converting a huge one to a float.
+    return (isinstance(value, int) or math.isfinite(value)) and low <= value <= high
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from nodes.models import GPU, GPUSample, GPUSampleRollup, Node
-from nodes.telemetry.buckets import Bucket, bucket_start, max_or_none, weighted_mean
-from nodes.telemetry.samples import ROLLUP_FIELDS
+from nodes.telemetry.buckets import Bucket, bucket_start, max_or_none, plausible_or_none, weighted_mean
+from nodes.telemetry.samples import ROLLUP_FIELDS, plausible
 
 
 def gpu_series(gpu: GPU, start: datetime, end: datetime, *, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -32,6 +32,10 @@ def node_series(
     the same keys holding the bucket means (memory rounded to whole MiB) plus "samples" and
     "<metric>_max"; the recent part of the range, not rolled up yet, is bucketed on the fly from
     the raw samples, so a long range has one resolution from end to end.
+
+    Whatever the table holds, every figure is a plausible finite number or None: a stored value
+    no GPU could report (NaN, inf, 1.7e308 W, from before the telemetry bounds or written by SQL)
+    reads as not measured (nodes.telemetry.samples.plausible), so one bad row never breaks a chart.
     """
     gpus = list(node.gpus.order_by("index").values_list("pk", "uuid"))
     series = _series([pk for pk, _ in gpus], start, end, now or timezone.now())
@@ -47,7 +51,8 @@ def _series(gpu_ids: list[int], start: datetime, end: datetime, now: datetime) -
     series: dict[int, list[dict[str, Any]]] = defaultdict(list)
     if start >= now - timedelta(hours=settings.TELEMETRY_RAW_RETENTION_H):
         for gpu_id, ts, *metrics in raw:
-            series[gpu_id].append({"ts": ts, **dict(zip(ROLLUP_FIELDS, metrics, strict=True))})
+            values = zip(ROLLUP_FIELDS, metrics, strict=True)
+            series[gpu_id].append({"ts": ts, **{name: v if plausible(name, v) else None for name, v in values}})
         return series
 
     bucket_s = settings.TELEMETRY_ROLLUP_BUCKET_S
@@ -58,11 +63,12 @@ def _series(gpu_ids: list[int], start: datetime, end: datetime, now: datetime) -
     for row in GPUSampleRollup.objects.filter(
         gpu_id__in=gpu_ids, bucket_start__gte=bucket_start(start, bucket_s), bucket_start__lte=end
     ):
+        stored = {name: plausible_or_none(row, name) for name in ROLLUP_FIELDS}
         points[(row.gpu_id, row.bucket_start)] = _point(
             row.bucket_start,
             row.samples,
-            {name: getattr(row, f"{name}_avg") for name in ROLLUP_FIELDS},
-            {name: getattr(row, f"{name}_max") for name in ROLLUP_FIELDS},
+            {name: avg for name, (avg, _) in stored.items()},
+            {name: maximum for name, (_, maximum) in stored.items()},
         )
     for (gpu_id, start_ts), bucket in fresh.items():
         rolled = points.get((gpu_id, start_ts))

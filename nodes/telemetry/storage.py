@@ -22,17 +22,21 @@ INSERT_CHUNK_ROWS = 1000
 
 
 class ResolvedGPU(NamedTuple):
-    """What ingest needs of one GPU row: its id, its node's id, and when its latest values were taken."""
+    """What ingest needs of one GPU row: ids, when its latest values were taken, and what bounds its metrics."""
 
     id: int
     node_id: int
     sampled_at: datetime | None
+    model: str  # catalog key ("" when unknown)
+    memory_mib: int
 
 
 def resolve_gpus(uuids: Iterable[str]) -> dict[str, ResolvedGPU]:
     """uuid -> ResolvedGPU for the GPUs that exist (unknown UUIDs are absent); one query."""
-    rows = GPU.objects.filter(uuid__in=list(uuids)).values_list("uuid", "pk", "node_id", "sampled_at")
-    return {uuid: ResolvedGPU(pk, node_id, sampled_at) for uuid, pk, node_id, sampled_at in rows}
+    rows = GPU.objects.filter(uuid__in=list(uuids)).values_list(
+        "uuid", "pk", "node_id", "sampled_at", "model", "memory_mib"
+    )
+    return {uuid: ResolvedGPU(*values) for uuid, *values in rows}
 
 
 def insert_samples_ignoring_duplicates(rows: dict[tuple[int, datetime], SampleIn], source: str) -> int:

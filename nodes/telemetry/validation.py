@@ -20,6 +20,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from nodes.models import GPUSample, Node
+from nodes.telemetry.limits import gpu_limits
 from nodes.telemetry.samples import METRIC_RANGES, SampleIn
 from nodes.telemetry.storage import ResolvedGPU
 
@@ -59,7 +60,9 @@ def validate_samples(
 
     Checked: the GPU UUID is one of `gpus` (and, with `node`, a GPU of that node); `ts` has a
     timezone, is at most TELEMETRY_MAX_FUTURE_SKEW_S after `now` and not older than the rollup
-    retention (it would be deleted at once); each metric is a finite number within METRIC_RANGES.
+    retention (it would be deleted at once); each metric is a finite number within METRIC_RANGES
+    and within the physical limits of its GPU's model (nodes.telemetry.limits: memory, power,
+    clock), and memory used is at most memory in total.
     """
     skew_s = settings.TELEMETRY_MAX_FUTURE_SKEW_S
     latest_ok = now + timedelta(seconds=skew_s)
@@ -80,15 +83,42 @@ def validate_samples(
             problems["ts"] = [f"is {ahead_s} s in the future (allowed skew {skew_s} s)"]
         elif sample.ts < earliest_ok:
             problems["ts"] = [f"is older than the rollup retention ({retention_d} days)"]
-        for name, (low, high) in METRIC_RANGES.items():
-            value = getattr(sample, name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                problems[name] = [f"must be a finite number; got {value!r}"]
-            elif value < low or (high is not None and value > high):
-                bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-                problems[name] = [f"must be {bounds}; got {value}"]
+        problems.update(_metric_problems(sample, resolved))
         if problems:
             errors[str(index)] = problems
     return errors
+
+
+def _metric_problems(sample: SampleIn, gpu: ResolvedGPU | None) -> dict[str, list[str]]:
+    """What is wrong with the metrics of one sample: not a finite number, outside METRIC_RANGES,
+    past the limits of its GPU (`gpu_limits`, when the GPU is known), or more memory used than in total."""
+    limits = gpu_limits(gpu.model, gpu.memory_mib) if gpu is not None else {}
+    problems: dict[str, list[str]] = {}
+    for name, (low, high) in METRIC_RANGES.items():
+        value = getattr(sample, name)
+        if value is None:
+            continue
+        limit = limits.get(name)
+        # An int is finite however large; math.isfinite would overflow converting it to a float.
+        if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+            problems[name] = [f"must be a finite number; got {value!r}"]
+        elif value < low or value > high:
+            problems[name] = [f"must be between {low} and {high}; got {_shown(value)}"]
+        elif limit is not None and value > limit.high:
+            problems[name] = [f"must be at most {limit.high:g}, {limit.reason}; got {_shown(value)}"]
+    used, total = sample.memory_used_mib, sample.memory_total_mib
+    if used is not None and total is not None and not problems.keys() & {"memory_used_mib", "memory_total_mib"}:
+        if used > total:
+            problems["memory_used_mib"] = [f"must not exceed memory_total_mib ({total}); got {used}"]
+    return problems
+
+
+def _finite(value: float) -> bool:
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def _shown(value: float) -> str:
+    """A number for a message as Python writes it (1.7e+308, 81921), but a huge integer by its size."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"a number of about {round(value.bit_length() * math.log10(2))} digits"
+    return str(value)

@@ -130,7 +130,11 @@ def test_it_reads_the_database_in_a_fixed_number_of_queries(client, fleet, djang
     for n in range(5):
         make_node(f"extra-{n}", gpu_count=8)
     with django_assert_max_num_queries(2):
-        client.get("/metrics")
+        response = client.get("/metrics")
+
+    # A fast error page must not pass for a cheap scrape: the figures cover the added nodes.
+    assert response.status_code == 200, response.content[:300]
+    assert 'gpuplane_gpus{sharing_mode="exclusive"} 43.0' in response.content.decode()  # 3 + 5 x 8
 
 
 def test_it_exposes_the_placement_latency_histogram(client):

@@ -140,8 +140,10 @@ def test_it_lists_gpus_in_a_constant_number_of_queries(viewer_api, db, django_as
 
     # role lookup + count + one page query joined to the node.
     with django_assert_max_num_queries(3):
-        body = viewer_api.get("/api/v1/gpus/").json()
+        response = viewer_api.get("/api/v1/gpus/")
 
+    assert response.status_code == 200, response.content[:300]
+    body = response.json()
     assert body["count"] == 32
     assert body["results"][0]["node"] == "n0"
 

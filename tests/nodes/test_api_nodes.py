@@ -239,8 +239,10 @@ def test_it_lists_nodes_in_a_constant_number_of_queries(viewer_api, db, django_a
 
     # role lookup + count + one page query with the GPU aggregates: no query per node.
     with django_assert_max_num_queries(3):
-        body = viewer_api.get("/api/v1/nodes/?has_free_gpu=false&ordering=-utilization_pct").json()
+        response = viewer_api.get("/api/v1/nodes/?has_free_gpu=false&ordering=-utilization_pct")
 
+    assert response.status_code == 200, response.content[:300]
+    body = response.json()
     assert body["count"] == 12
     assert all(row["gpus_allocated"] == 4 for row in body["results"])
 

@@ -137,8 +137,10 @@ def test_it_lists_partitions_in_a_constant_number_of_queries(viewer_api, db, dja
 
     # role lookup + count + one page query joined to GPU and node.
     with django_assert_max_num_queries(3):
-        body = viewer_api.get("/api/v1/partitions/").json()
+        response = viewer_api.get("/api/v1/partitions/")
 
+    assert response.status_code == 200, response.content[:300]
+    body = response.json()
     assert body["count"] == 24
     assert body["results"][0]["node"] == "n0"
 

@@ -12,8 +12,6 @@ import yaml
 from django.core.management import call_command
 from django.utils import timezone
 from drf_spectacular.drainage import reset_generator_stats
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -228,6 +226,14 @@ BAD_BATCHES: list[tuple[str, Callable[[], Any], tuple[str, ...], str]] = [
     ("memory past int32", lambda: with_sample(memory_used_mib=LIMIT + 1), ("samples", "1", "memory_used_mib"), str(LIMIT)),
     ("huge integer", lambda: with_sample(power_w=10**400), ("samples", "1", "power_w"), "too large"),
     ("negative power", lambda: with_sample(power_w=-0.1), ("samples", "1", "power_w"), "greater than or equal to 0"),
+    ("power 1.7e308", lambda: with_sample(power_w=1.7e308), ("samples", "1", "power_w"), "less than or equal to 2000"),
+    ("clock past any GPU", lambda: with_sample(sm_clock_mhz=4000), ("samples", "1", "sm_clock_mhz"), "less than or equal to 3500"),
+    # Past the limits of n1's GPUs (H100-SXM5-80GB, 81920 MiB), though within those of some GPU.
+    ("power past 1.5 x TDP", lambda: with_sample(power_w=1051), ("samples", "1", "power_w"), "at most 1050, 1.5 × the 700 W TDP of H100-SXM5-80GB; got 1051"),
+    ("memory past the GPU's", lambda: with_sample(memory_used_mib=90000), ("samples", "1", "memory_used_mib"), r"at most 81920, the GPU's memory \(81920 MiB\)"),
+    ("total past the GPU's", lambda: with_sample(memory_total_mib=163840), ("samples", "1", "memory_total_mib"), "at most 81920"),
+    ("clock past the model's", lambda: with_sample(sm_clock_mhz=2500), ("samples", "1", "sm_clock_mhz"), "1980 MHz maximum clock"),
+    ("used over total", lambda: with_sample(memory_used_mib=4096, memory_total_mib=2048), ("samples", "1", "memory_used_mib"), r"must not exceed memory_total_mib \(2048\)"),
     ("too cold", lambda: with_sample(temperature_c=-51), ("samples", "1", "temperature_c"), "-50"),
     ("too hot", lambda: with_sample(temperature_c=150.5), ("samples", "1", "temperature_c"), "150"),
     ("missing gpu_uuid", lambda: without("gpu_uuid"), ("samples", "1", "gpu_uuid"), "required"),
@@ -299,7 +305,14 @@ def test_it_follows_the_batch_limit_setting(operator_api, n1, settings):
     [
         ('{"node": "n1", "samples": [', "application/json", 400),  # truncated JSON
         ('{"node": "n1", "samples": [{"gpu_uuid": "GPU-n1-0", "ts": "%s", "power_w": NaN}]}', "application/json", 400),
+        ('{"node": "n1", "samples": [{"gpu_uuid": "GPU-n1-0", "ts": "%s", "power_w": Infinity}]}', "application/json", 400),
+        ('{"node": "n1", "samples": [{"gpu_uuid": "GPU-n1-0", "ts": "%s", "power_w": -Infinity}]}', "application/json", 400),
+        # Python's json reads 1e999 as inf without complaint: the field must refuse it.
+        ('{"node": "n1", "samples": [{"gpu_uuid": "GPU-n1-0", "ts": "%s", "temperature_c": 1e999}]}', "application/json", 400),
         ("node=n1&samples=x", "application/x-www-form-urlencoded", 415),
+        # Nested deeper than Python's JSON decoder can follow: a RecursionError once made this a 500.
+        ("[" * 100_000 + "]" * 100_000, "application/json", 400),
+        ('{"node": "n1", "samples": ' + '{"a":' * 50_000 + "1" + "}" * 50_000 + "}", "application/json", 400),
     ],
 )
 def test_it_refuses_bodies_that_are_not_clean_json(operator_api, n1, raw, content_type, status):
@@ -333,36 +346,3 @@ def test_it_is_documented_in_the_schema_without_warnings(tmp_path):
     # Agent tokens are accepted by telemetry only: the inventory does not list them.
     assert {"agentTokenAuth": []} not in schema["paths"]["/api/v1/nodes/"]["get"]["security"]
     assert schema["components"]["securitySchemes"]["agentTokenAuth"]["scheme"] == "bearer"
-
-
-# --- fuzzing: whatever the body, a 201 or a 400 -----------------------------------------------------
-
-JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30)
-JSON_VALUES = st.recursive(
-    JSON_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
-    max_leaves=8,
-)
-SAMPLE_KEYS = ["gpu_uuid", "ts", "utilization_pct", "memory_used_mib", "memory_total_mib", "power_w", "temperature_c"]
-FUZZ_SAMPLES = st.fixed_dictionaries(
-    {},
-    optional={
-        "gpu_uuid": st.sampled_from(["GPU-n1-0", "GPU-n1-1", "GPU-n2-0", "GPU-?"]) | JSON_VALUES,
-        "ts": st.datetimes(timezones=st.none() | st.timezones()).map(lambda d: d.isoformat()) | JSON_VALUES,
-        **{key: st.floats(allow_nan=False, allow_infinity=False) | st.integers() | JSON_VALUES for key in SAMPLE_KEYS[2:]},
-    },
-)
-FUZZ_BODIES = st.fixed_dictionaries(
-    {}, optional={"node": st.sampled_from(["n1", "n2", "n9"]) | JSON_VALUES, "samples": st.lists(FUZZ_SAMPLES, max_size=4) | JSON_VALUES}
-) | JSON_VALUES
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=FUZZ_BODIES)
-def test_it_never_answers_500_whatever_the_body(operator_api, n1, n2, body):
-    before = GPUSample.objects.count()
-
-    response = post(operator_api, body)
-
-    assert response.status_code in (201, 400), (response.status_code, body, response.content[:300])
-    if response.status_code == 400:
-        assert GPUSample.objects.count() == before  # all or nothing

@@ -150,13 +150,16 @@ def test_it_uses_the_same_few_queries_for_one_gpu_and_for_forty(db):
 
     def queries(uuids: list[str], ts: datetime) -> int:
         with CaptureQueriesContext(connection) as captured:
-            ingest_samples([sample(uuid, ts=ts) for uuid in uuids], now=NOW)
+            result = ingest_samples([sample(uuid, ts=ts) for uuid in uuids], now=NOW)
+        # Counted queries are only worth comparing when the batch was really stored.
+        assert result == IngestResult(stored=len(uuids), duplicates=0)
         return len(captured)
 
     one = queries(["GPU-big-0"], NOW - timedelta(seconds=60))
     forty = queries([f"GPU-big-{i}" for i in range(40)], NOW)
 
     assert one == forty
+    assert GPU.objects.filter(sampled_at=NOW).count() == 40
     # resolve + INSERT + UPDATE (+ SAVEPOINT/RELEASE inside the test's transaction)
     assert forty <= 5
 
@@ -179,10 +182,20 @@ def assert_nothing_stored() -> None:
         (sample(ts=NOW - timedelta(days=31)), "ts", "is older than the rollup retention (30 days)"),
         (sample(utilization_pct=100.5), "utilization_pct", "must be between 0 and 100; got 100.5"),
         (sample(memory_used_mib=-1), "memory_used_mib", f"must be between 0 and {2**31 - 1}; got -1"),
-        (sample(power_w=-0.5), "power_w", "must be at least 0; got -0.5"),
+        (sample(power_w=-0.5), "power_w", "must be between 0 and 2000; got -0.5"),
         (sample(temperature_c=151.0), "temperature_c", "must be between -50 and 150; got 151.0"),
         (sample(power_w=float("nan")), "power_w", "must be a finite number; got nan"),
         (sample(utilization_pct=True), "utilization_pct", "must be a finite number; got True"),
+        (sample(temperature_c=float("-inf")), "temperature_c", "must be a finite number; got -inf"),
+        # Physical limits: none is past any GPU's, then those of n1's H100-SXM5-80GB with 81920 MiB.
+        (sample(power_w=1.7e308), "power_w", "must be between 0 and 2000; got 1.7e+308"),
+        (sample(memory_used_mib=10**400), "memory_used_mib", f"must be between 0 and {2**31 - 1}; got a number of about 400 digits"),
+        (sample(sm_clock_mhz=3501), "sm_clock_mhz", "must be between 0 and 3500; got 3501"),
+        (sample(power_w=1050.5), "power_w", "must be at most 1050, 1.5 × the 700 W TDP of H100-SXM5-80GB; got 1050.5"),
+        (sample(memory_used_mib=81921), "memory_used_mib", "must be at most 81920, the GPU's memory (81920 MiB); got 81921"),
+        (sample(memory_total_mib=163840), "memory_total_mib", "must be at most 81920, the GPU's memory (81920 MiB); got 163840"),
+        (sample(sm_clock_mhz=2476), "sm_clock_mhz", "must be at most 2475, 1.25 × the 1980 MHz maximum clock of H100-SXM5-80GB; got 2476"),
+        (sample(memory_used_mib=4096, memory_total_mib=2048), "memory_used_mib", "must not exceed memory_total_mib (2048); got 4096"),
     ],
 )
 def test_it_rejects_a_batch_with_one_bad_sample_and_stores_nothing(n1, n2, settings, bad, field, message):
@@ -195,6 +208,36 @@ def test_it_rejects_a_batch_with_one_bad_sample_and_stores_nothing(n1, n2, setti
 
     assert caught.value.errors == {"samples": {"2": {field: [message]}}}
     assert_nothing_stored()
+
+
+def test_it_accepts_every_metric_at_its_gpus_limit(n1):
+    at_limits = sample(memory_used_mib=81920, memory_total_mib=81920, power_w=1050.0, sm_clock_mhz=2475)
+
+    assert ingest_samples([at_limits], node=n1, now=NOW).stored == 1
+
+
+def test_the_limits_follow_the_gpus_catalog_model(db):
+    node = make_node("l4", gpu_model="L4", gpu_count=1, gpu_memory_mib=23034)
+    ok = sample("GPU-l4-0", power_w=108.0, memory_used_mib=23034, sm_clock_mhz=2550)
+
+    assert ingest_samples([ok], node=node, now=NOW).stored == 1
+    with pytest.raises(TelemetryRejected) as caught:
+        ingest_samples([sample("GPU-l4-0", ts=NOW - timedelta(seconds=30), power_w=108.5)], node=node, now=NOW)
+    assert caught.value.errors == {
+        "samples": {"0": {"power_w": ["must be at most 108, 1.5 × the 72 W TDP of L4; got 108.5"]}}
+    }
+
+
+def test_a_gpu_of_no_catalog_model_is_held_to_the_bounds_of_any_gpu(db):
+    node = make_node("odd", gpu_model="", gpu_count=1, gpu_memory_mib=4096)
+    ingest_samples([sample("GPU-odd-0", power_w=2000.0, sm_clock_mhz=3500, memory_used_mib=4096)], now=NOW)
+
+    with pytest.raises(TelemetryRejected) as caught:
+        ingest_samples([sample("GPU-odd-0", ts=NOW - timedelta(seconds=30), memory_used_mib=4097)], node=node, now=NOW)
+
+    assert caught.value.errors == {
+        "samples": {"0": {"memory_used_mib": ["must be at most 4096, the GPU's memory (4096 MiB); got 4097"]}}
+    }
 
 
 def test_it_reports_every_bad_sample_and_field_at_once(n1):

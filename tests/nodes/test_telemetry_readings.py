@@ -50,6 +50,30 @@ def test_it_stores_what_it_can_and_counts_what_it_leaves_out(now):
     assert GPU.objects.get(uuid="GPU-n1-0").sampled_at == now
 
 
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        {"power_w": 1.7e308},  # past any GPU
+        {"power_w": float("inf")},
+        {"temperature_c": float("nan")},
+        {"memory_used_mib": 10**400},
+        {"power_w": 1100.0},  # past 1.5 x the 700 W TDP of an H100-SXM5-80GB
+        {"memory_used_mib": 90000},  # past the GPU's 81920 MiB
+        {"sm_clock_mhz": 2600},  # past 1.25 x its 1980 MHz maximum clock
+    ],
+    ids=repr,
+)
+def test_it_drops_a_reading_past_physical_limits_and_stores_the_rest(now, metrics):
+    make_node("n1", gpu_count=2)
+    readings = [reading("GPU-n1-0", now), reading("GPU-n1-1", now, **metrics)]
+
+    report = store_readings(readings, source="nvml", now=now)
+
+    assert (report.stored, report.rejected) == (1, 1)
+    assert list(GPUSample.objects.values_list("gpu__uuid", flat=True)) == ["GPU-n1-0"]
+    assert GPU.objects.get(uuid="GPU-n1-1").sampled_at is None
+
+
 def test_it_reads_the_gpu_table_once_even_when_it_drops_a_sample(now):
     make_node("n1", gpu_count=2)
     readings = [reading("GPU-n1-0", now), reading("GPU-n1-1", now, utilization_pct=250.0)]

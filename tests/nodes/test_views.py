@@ -344,13 +344,20 @@ def test_pages_use_a_fixed_number_of_queries(viewer_client, cluster, django_asse
     for n in range(3):
         extra = Node.objects.create(name=f"extra-{n}", sharing_mode=SharingMode.MIG)
         mig(make_gpu(extra, 0, mig_enabled=True), 0, "7g.80gb", 0, 8, pod=f"ml/big-{n}")
+    # Each page must really render (a fast 404 or 500 would pass the count): status and content.
     with django_assert_max_num_queries(8):  # 7 + the page's occupied MIG instances (exact GPU-equivalents)
-        viewer_client.get("/nodes/")
+        response = viewer_client.get("/nodes/")
+    assert response.status_code == 200
+    assert all(f'href="/nodes/extra-{n}/"' in response.content.decode() for n in range(3))
     for name in ("gpu-mig-b", "gpu-mps-a"):  # a placement occupant; 2 GPUs x 4 partitions
         with django_assert_max_num_queries(9):  # 8 + the node's audit trail
-            viewer_client.get(f"/nodes/{name}/")
+            response = viewer_client.get(f"/nodes/{name}/")
+        assert response.status_code == 200
+        assert response.context["node"].name == name
     with django_assert_max_num_queries(10):  # 9 + the heatmap's one query over all GPUs
-        viewer_client.get("/")
+        response = viewer_client.get("/")
+    assert response.status_code == 200
+    assert response.context["overview"].nodes_total == 6
 
 
 def test_the_detail_states_allocation_in_gpu_share(viewer_client, cluster):

@@ -178,7 +178,13 @@ def test_the_gpu_page_uses_a_fixed_number_of_queries(viewer_client, nodes, djang
         make_partition(GPU.objects.get(uuid="GPU-quiet-0"), PartitionKind.MIG, slot, 142, 10240,
                        mig_profile="1g.10gb", mig_start=3 + slot, mig_size=1)
     with django_assert_max_num_queries(7):
-        viewer_client.get("/nodes/quiet/gpus/0/")
+        response = viewer_client.get("/nodes/quiet/gpus/0/")
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "GPU-quiet-0" in html
+    # The page drew every partition it counted queries for: the fixture's 3g.40gb and the three 1g.10gb.
+    assert len([c for c in elements(html, "mig__cell") if c.get("aria-label", "").startswith("1g.10gb")]) == 3
 
 
 # --- overview heatmap -----------------------------------------------------------------------------
