@@ -21,11 +21,15 @@ pytestmark = pytest.mark.django_db
 def test_the_form_explains_each_sharing_mode_honestly(operator_client):
     body = operator_client.get("/deployments/new/").content.decode()
     for field in ("name", "model", "memory_gb", "gpu_count", "replicas", "workload_type", "priority",
-                  "latency_slo_ms", "namespace", "labels", "enable_gpu_selection"):
+                  "latency_slo_ms", "namespace", "labels", "sharing", "share_percent", "enable_gpu_selection"):
         assert f'name="{field}"' in body
     assert body.count('name="sharing"') == 6
-    assert "a 50 % share needs R &lt;= 2 and a 25 % share R &lt;= 4" in body  # uniform MPS: 100/R
-    assert "no memory and no fault isolation" in body  # time-slicing
+    # Each mode sizes by its own unit: the old rule (the class's share demanded of every mode) is gone.
+    assert "a 50 % share needs R &lt;= 2" in body  # uniform MPS: 100/R
+    assert "a MIG instance or a time-slice replica by memory" in body  # auto
+    assert "any replica whose GPU has enough memory left" in body  # time-slicing
+    assert "No memory and no fault isolation" in body
+    assert "it also decides the default share" not in body
     assert "hardware isolation of compute, memory and faults" in body  # MIG
     # Help texts are tied to their fields for screen readers.
     assert 'aria-describedby="id_memory_gb_helptext"' in body
