@@ -10,7 +10,7 @@ deployments may hold (edited in the admin, enforced by the services).
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -31,7 +31,7 @@ class Deployment(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     sharing = models.CharField(max_length=16, choices=SharingRequest.choices, default=SharingRequest.AUTO)
     share_percent = models.PositiveSmallIntegerField(
-        null=True, blank=True,
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)],
         help_text="Compute share per GPU the request stated, 1-100; empty: the sharing mode's own sizing rule",
     )
     enable_gpu_selection = models.BooleanField(default=True)

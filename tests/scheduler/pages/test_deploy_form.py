@@ -51,6 +51,23 @@ def test_a_valid_form_deploys_and_lands_on_the_deployment_page(operator_client, 
     assert f"Deployed search/embedder: placed on {placement.node.name}" in body
 
 
+def test_a_stated_compute_share_is_stored_and_sizes_the_placement(operator_client, demo):
+    # 8 GB on MPS defaults to 50 %; a stated 25 % fits an R=4 slot.
+    data = {**LOW_BATCH, "sharing": "mps", "share_percent": "25"}
+    response = operator_client.post("/deployments/new/", data, follow=True)
+    deployment = Deployment.objects.get()
+    assert deployment.share_percent == 25
+    assert deployment.placements.get().share_milli == 250
+    body = response.content.decode()
+    assert "25&nbsp;% as requested" in body
+    assert "Sizing rule: MPS: 25 % as requested, at least 8 GB -&gt; 25 % of GPU" in body
+
+
+def test_an_empty_compute_share_means_the_modes_own_rule(operator_client, demo):
+    operator_client.post("/deployments/new/", {**LOW_BATCH, "share_percent": ""})
+    assert Deployment.objects.get().share_percent is None
+
+
 def test_field_errors_are_shown_and_nothing_is_stored(operator_client, demo):
     before = free_partitions()
     data = {**LOW_BATCH, "name": "Bad_Name", "memory_gb": "0", "gpu_count": "two", "labels": "team=a\nnot a label"}
@@ -89,6 +106,8 @@ def test_cross_field_rules_of_the_api_apply_to_the_form(operator_client, demo):
         ("memory_gb", "5000", 5000.0),
         ("gpu_count", "17", 17),
         ("model", "x" * 201, "x" * 201),
+        ("share_percent", "0", 0),
+        ("share_percent", "101", 101),
     ],
 )
 def test_the_form_refuses_what_the_api_validator_refuses_with_its_message(operator_client, demo, field, typed, value):
