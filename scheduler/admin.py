@@ -10,7 +10,7 @@ from scheduler.models import Decision, Deployment, NamespaceQuota, PartitionHold
 class PlacementInline(admin.TabularInline):
     model = Placement
     extra = 0
-    fields = ("replica_index", "node", "status", "workload_name", "sharing", "gpu_indexes", "share_milli", "mig_profile")
+    fields = ("replica_index", "node", "status", "workload_name", "sharing", "gpu_indexes", "share_milli", "memory_mib", "mig_profile")
     raw_id_fields = ("node",)
 
 

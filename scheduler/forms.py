@@ -19,11 +19,13 @@ from scheduler.choices import DeploymentStatus
 from scheduler.core import Priority, SharingRequest, WorkloadType
 from scheduler.models import Deployment
 
-# What each sharing request really gets (DESIGN.md section 4), shown next to its radio button.
+# What each sharing request really gets (DESIGN.md sections 3 and 4), shown next to its radio
+# button. Each mode sizes by its own unit; a stated compute share binds every mode.
 SHARING_HELP: dict[str, str] = {
     SharingRequest.AUTO: (
-        "gpuplane picks from the model size and priority: under 4 GB an MPS 25 % share, 4-16 GB an "
-        "MPS 50 % share, above 16 GB (or high priority with a tight latency SLO) whole GPUs."
+        "gpuplane picks the node; each mode then sizes by its own unit: a MIG instance or a time-slice "
+        "replica by memory, an MPS slot by compute share (25 % under 4 GB, 50 % for 4-16 GB unless you "
+        "state a share). Above 16 GB, or high priority with a tight latency SLO, whole GPUs."
     ),
     SharingRequest.EXCLUSIVE: "Whole GPUs, nothing else runs on them. The safest and the most expensive choice.",
     SharingRequest.MIG: (
@@ -32,17 +34,18 @@ SHARING_HELP: dict[str, str] = {
     ),
     SharingRequest.MPS: (
         "A slot on a node whose device plugin runs MPS with R replicas per GPU: every client gets 100/R % "
-        "of the SMs and 1/R of the memory, so a 50 % share needs R <= 2 and a 25 % share R <= 4. "
-        "No fault isolation between clients."
+        "of the SMs and 1/R of the memory. Sized by compute share: the one you state, else 25 % under "
+        "4 GB and 50 % for 4-16 GB (a 50 % share needs R <= 2). No fault isolation between clients."
     ),
     SharingRequest.MPS_WEIGHTED: (
-        "A share of a GPU under gpuplane's own MPS daemon; shares on one GPU may differ (50 + 25 + 25). "
+        "A share of a GPU under gpuplane's own MPS daemon, of the size you state (else 25 % under 4 GB, "
+        "50 % for 4-16 GB); shares on one GPU may differ (50 + 25 + 25). "
         "Its limits rest on the CUDA MPS variables (thread percentage, pinned memory) that gpuplane's "
         "webhook sets on each pod; no fault isolation."
     ),
     SharingRequest.TIMESLICE: (
-        "Takes turns on a GPU with other replicas: no memory and no fault isolation (gpuplane accounts "
-        "memory itself), and only 1 GPU per replica."
+        "Takes turns on a GPU with other replicas: any replica whose GPU has enough memory left. No memory "
+        "and no fault isolation (gpuplane accounts memory itself), and only 1 GPU per replica."
     ),
 }
 
@@ -102,7 +105,8 @@ class DeployForm(forms.Form):
     )
     memory_gb = forms.FloatField(
         label="GPU memory (GB)",
-        help_text="Memory one replica needs, in GB; it also decides the default share (see Sharing).",
+        help_text="Memory one replica needs, in GB (1 GB = 1024 MiB); it sizes MIG instances and time-slice "
+                  "replicas, and sets the default MPS share (see Sharing).",
         widget=forms.NumberInput(attrs={"step": "any", "inputmode": "decimal"}),
     )
     gpu_count = forms.IntegerField(
@@ -132,6 +136,12 @@ class DeployForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "placeholder": "team=search\ntier=canary"}),
     )
     sharing = forms.ChoiceField(choices=SharingRequest.choices(), initial=SharingRequest.AUTO, widget=forms.RadioSelect)
+    share_percent = forms.IntegerField(
+        label="Compute share (%)", required=False,
+        help_text="Optional, 1-100: the least share of a GPU's compute each replica gets, in every mode. "
+                  "Empty: each mode sizes by its own unit (see Sharing).",
+        widget=forms.NumberInput(attrs={"min": 1, "max": 100}),
+    )
     enable_gpu_selection = forms.BooleanField(
         label="Let gpuplane choose the node and GPUs", required=False, initial=True,
         help_text="Off: the workload goes to the default Kubernetes scheduler without GPU selection.",

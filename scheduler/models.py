@@ -10,7 +10,7 @@ deployments may hold (edited in the admin, enforced by the services).
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -30,6 +30,10 @@ class Deployment(models.Model):
     namespace = models.CharField(max_length=63, default="default")
     labels = models.JSONField(default=dict, blank=True)
     sharing = models.CharField(max_length=16, choices=SharingRequest.choices, default=SharingRequest.AUTO)
+    share_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Compute share per GPU the request stated, 1-100; empty: the sharing mode's own sizing rule",
+    )
     enable_gpu_selection = models.BooleanField(default=True)
     status = models.CharField(max_length=16, choices=DeploymentStatus.choices, default=DeploymentStatus.PENDING)
     message = models.TextField(blank=True, help_text="Why the deployment failed, or the latest status change")
@@ -46,6 +50,10 @@ class Deployment(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(gpu_count__gte=1), name="deployment_gpu_count_positive"),
             models.CheckConstraint(condition=Q(replicas__gte=1), name="deployment_replicas_positive"),
+            models.CheckConstraint(
+                condition=Q(share_percent__isnull=True) | Q(share_percent__gte=1, share_percent__lte=100),
+                name="deployment_share_percent_range",
+            ),
         ]
 
     def __str__(self) -> str:

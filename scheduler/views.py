@@ -121,6 +121,7 @@ class MatrixTable:
     hidden_feasible: int
     hidden_rejected: tuple[tuple[str, int], ...]
     classification: str = ""
+    sizing: str = ""
 
     @property
     def plugins(self) -> tuple[str, ...]:
@@ -197,6 +198,7 @@ def matrix_table(matrix: Mapping[str, Any], node_urls: Mapping[str, str]) -> Mat
         hidden_feasible=max(0, int(matrix.get("feasible_nodes") or 0) - kept_feasible),
         hidden_rejected=hidden_rejected,
         classification=str(classification.get("reason", "")),
+        sizing=str(matrix.get("sizing") or ""),
     )
 
 

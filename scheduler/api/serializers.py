@@ -71,6 +71,16 @@ class DeploymentCreateSerializer(serializers.Serializer):
     namespace = StrictStringField(max_length=63, default="default")
     labels = LabelsField(required=False, default=dict)
     sharing = serializers.ChoiceField(choices=SharingRequest.choices(), default=SharingRequest.AUTO)
+    share_percent = StrictIntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=100,
+        # The bounds document the schema; the message is the services' (the deploy form's).
+        error_messages={"min_value": "Enter a whole number from 1 to 100.",
+                        "max_value": "Enter a whole number from 1 to 100."},
+        help_text="Compute share per GPU, in percent. Omitted: each sharing mode sizes by its own unit (MIG: the "
+                  "smallest free instance with enough memory; time-slicing: a replica with enough memory left; "
+                  "MPS: 25 % for models under 4 GB, 50 % up to 16 GB). Stated: every mode must give at least this "
+                  "share (an MPS slot, a MIG instance's compute, a time-slice replica's nominal 100/R %).",
+    )
     enable_gpu_selection = serializers.BooleanField(
         default=True, help_text="false: hand every replica to the default Kubernetes scheduler"
     )
@@ -101,7 +111,10 @@ class PlacementSerializer(serializers.Serializer):
     gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPU indexes on the node")
     sharing = serializers.CharField(help_text="exclusive | mig | mps | mps-weighted | timeslice | default-scheduler")
     share_percent = serializers.FloatField(allow_null=True, help_text="Compute share per GPU")
-    mig_profile = serializers.CharField(allow_blank=True)
+    memory_gb = serializers.FloatField(
+        allow_null=True, help_text="GPU memory given per GPU, in GB (1 GB = 1024 MiB); null for the default scheduler",
+    )
+    mig_profile = serializers.CharField(allow_blank=True, help_text="The MIG instance profile given; empty if none")
     workload_name = serializers.CharField(allow_blank=True, help_text="The Kubernetes Deployment running it")
 
     def to_representation(self, instance: Placement) -> dict[str, Any]:
@@ -126,7 +139,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
         model = Deployment
         fields = [
             "id", "name", "model", "memory_gb", "memory_mib", "gpu_count", "replicas", "workload_type", "priority",
-            "latency_slo_ms", "namespace", "labels", "sharing", "enable_gpu_selection", "status", "message",
+            "latency_slo_ms", "namespace", "labels", "sharing", "share_percent", "enable_gpu_selection", "status",
+            "message",
             "created_by", "created_at", "updated_at", "placed_at", "placements", "decision",
         ]
         read_only_fields = fields
@@ -146,7 +160,9 @@ class DecisionSerializer(serializers.ModelSerializer):
     outcome = serializers.ChoiceField(choices=DecisionOutcome.choices())
     weights = serializers.DictField(child=serializers.FloatField())
     matrix = serializers.DictField(
-        help_text="request, classification, need, profile, weights, plugins (score plugins in profile order), "
+        help_text="request, classification, need (with sizing: the share, its basis and the least share per unit "
+                  "kind), sizing (the rule that sized the placement, e.g. \"MIG: smallest free instance with at least "
+                  "8 GB -> 1g.10gb\"), profile, weights, plugins (score plugins in profile order), "
                   "outcome, node, assignment, message, "
                   "diagnosis (rejected nodes per reason), feasible_nodes, idle_gpus, rows (per node: verdict, "
                   "reason, each plugin's raw / normalized / weighted score, total, rank)"

@@ -4,7 +4,8 @@ Runs on one node's Python objects, after the vectorized filters picked the node;
 those of ``scheduler.core.fit`` (the two must agree, and a property test checks that they do):
 
 - whole GPUs: the lowest free indexes with enough memory each;
-- MIG: the smallest fitting free instance (geometry order), lowest GPU, lowest start;
+- MIG: the smallest free instance (geometry order) with the memory and the compute the sizing
+  demands of MIG (memory only, unless a share was stated), lowest GPU, lowest start;
 - ``mps``: a free slot on the GPU with the fewest free slots (fills GPUs before opening new ones);
   the slot's share is 1000 // R and its memory the GPU's memory // R;
 - ``mps-weighted``: the GPU with the least free share that still covers the request, a share of
@@ -125,7 +126,7 @@ def _assign_mig(node: NodeState, need: Need, key: str, mig_profiles: tuple[str, 
             if (
                 partition.kind != PartitionKind.MIG
                 or partition.occupant
-                or partition.share_milli < need.share_milli
+                or partition.share_milli < need.min_share(PartitionKind.MIG)
                 or partition.memory_mib < need.memory_mib
             ):
                 continue
@@ -179,7 +180,7 @@ def _single(node: NodeState, key: str, kind: PartitionKind, gpu: GPUState, share
 def _assign_mps(node: NodeState, need: Need, key: str) -> Assignment | None:
     replicas = max(node.sharing_replicas, 1)
     share = slot_share_milli(replicas)
-    if share < need.share_milli:
+    if share < need.min_share(PartitionKind.MPS):
         return None
     fitting = [(free, position, gpu) for free, gpu, position in _slot_candidates(node)
                if gpu.memory_mib // replicas >= need.memory_mib]
@@ -207,7 +208,7 @@ def _assign_weighted(node: NodeState, need: Need, key: str) -> Assignment | None
 
 def _assign_timeslice(node: NodeState, need: Need, key: str) -> Assignment | None:
     share = slot_share_milli(node.sharing_replicas)
-    if share < need.share_milli:
+    if share < need.min_share(PartitionKind.TIMESLICE):  # 0 unless a share was stated
         return None
     fitting = []
     for _free, gpu, position in _slot_candidates(node):

@@ -8,6 +8,9 @@ DESIGN.md section 3:
 | medium | 4 - 16 GB    | A100          | MPS 50 %      |
 | large  | > 16 GB      | H100          | exclusive     |
 
+The default share is a default for MPS only: each sharing mode sizes a replica by its own unit
+(``scheduler.core.sizing``).
+
 Priority HIGH with a latency SLO at or under ``latency_override_ms`` overrides to an exclusive
 H100 (seed scenario 1). Every threshold is a parameter (``ClassificationSettings``) so that the
 settings module can change them.
@@ -133,7 +136,8 @@ def classify(
                 f"(<= {settings.latency_override_ms} ms) gets an exclusive {settings.override_gpu}"
             ),
         )
-    share = "exclusive" if rule.share_milli >= SHARE_MILLI_FULL else f"MPS {rule.share_milli / 10:g} %"
+    # The class's share is a default for MPS only (scheduler.core.sizing): say so.
+    share = "exclusive" if rule.share_milli >= SHARE_MILLI_FULL else f"MPS {rule.share_milli / 10:g} % by default"
     return Classification(
         workload_class=workload_class,
         preferred_gpu=rule.preferred_gpu,

@@ -14,11 +14,13 @@ from functools import cached_property
 
 import numpy as np
 
+from nodes.vocabulary import PartitionKind
 from scheduler.core.classify import Classification
 from scheduler.core.diagnosis import Diagnosis
 from scheduler.core.fit import Need
 from scheduler.core.framework import Profile, Status
-from scheduler.core.node_columns import MODES
+from scheduler.core.node_columns import KINDS, MODES
+from scheduler.core.sizing import kind_rule, sizing_rule
 from scheduler.core.snapshot import ClusterSnapshot
 from scheduler.core.types import Assignment, PlacementRequest
 
@@ -248,6 +250,19 @@ class ScheduleResult:
     def classification(self) -> Classification | None:
         return self.need.classification if self.need else None
 
+    @property
+    def sizing_rule(self) -> str:
+        """Which rule sized the placement ("MIG: smallest free instance with at least 8 GB ->
+        1g.10gb"); unplaced, the rule of each kind the request accepts; "" without a need."""
+        need = self.need
+        if need is None:
+            return ""
+        if self.assignment is not None:
+            return sizing_rule(need.sizing, self.assignment, need.memory_per_gpu_mib, need.gpu_count)
+        # A multi-GPU replica is only ever given whole GPUs.
+        kinds = [kind for kind in KINDS if kind in need.kinds and (kind == PartitionKind.EXCLUSIVE or not need.multi_gpu)]
+        return "; ".join(kind_rule(need.sizing, kind, need.memory_per_gpu_mib, need.gpu_count) for kind in kinds)
+
     @cached_property
     def scored_rows(self) -> list[NodeVerdict]:
         """Feasible nodes kept (best first), with their per-plugin breakdown."""
@@ -285,7 +300,9 @@ class ScheduleResult:
                 "memory_per_gpu_mib": need.memory_per_gpu_mib,
                 "gpu_count": need.gpu_count,
                 "kinds": sorted(str(kind) for kind in need.kinds),
+                "sizing": need.sizing.to_dict(),
             },
+            "sizing": self.sizing_rule,
             "profile": self.profile_name,
             "weights": dict(self.weights),
             "outcome": str(self.outcome),

@@ -1,8 +1,9 @@
 """Does a request fit on each node, and which unit would it get there? (vectorized)
 
 One rule for every sharing mode: a unit (whole GPU, MIG instance, MPS slot, weighted share,
-time-slice replica) fits when it is free, its compute share covers the request's share and its
-memory covers the request's memory. The unit a node would give is its smallest fitting one,
+time-slice replica) fits when it is free, its compute share covers what the request demands of
+that kind of unit (``scheduler.core.sizing``: 0 for MIG instances and time-slice replicas sized by
+memory) and its memory covers the request's memory. The unit a node would give is its smallest fitting one,
 on the GPU that ``scheduler.core.assignment`` would choose (best fit, then lowest index):
 
 | node mode     | unit share        | unit memory            | GPU choice among fitting GPUs     |
@@ -14,8 +15,9 @@ on the GPU that ``scheduler.core.assignment`` would choose (best fit, then lowes
 | mps-weighted  | the request's     | the request's          | least free share, then lowest     |
 | timeslice     | 1000 // R         | the request's (counted)| least free memory, then lowest    |
 
-MIG instances are chosen by memory and compute share like everything else: a 25 % request
-needs at least a 2g instance (285 milli), since a 1g instance gives only 1/7 of the SMs.
+MIG instances are sized by memory: an 8 GB request takes a free 1g.10gb instance before a 2g or
+4g one (its compute follows the profile). Only a stated share (or an exclusive demand) asks a MIG
+instance for compute too: a stated 25 % needs at least a 2g instance (285 milli).
 
 ``build_need`` turns a request into what one replica needs (``Need``), once per cycle;
 ``evaluate_fit`` answers for many nodes at once from the snapshot's per-node *offers* (the
@@ -34,6 +36,7 @@ from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind
 from scheduler.core.classify import DEFAULT_CLASSIFICATION, Classification, ClassificationSettings, classify
 from scheduler.core.node_columns import KIND_ID
 from scheduler.core.packed_rows import first_set_byte, pick, row_words
+from scheduler.core.sizing import Sizing, size
 from scheduler.core.snapshot import ClusterSnapshot
 from scheduler.core.types import REQUEST_KINDS, PlacementRequest, SharingRequest
 
@@ -58,15 +61,25 @@ _BIG = np.int64(1) << 40
 class Need:
     """What one replica needs, computed once per cycle from request + classification.
 
-    ``share_milli`` is per GPU; ``memory_per_gpu_mib`` is the memory spread evenly over
-    ``gpu_count`` GPUs (rounded up). ``kinds`` are the partition kinds the request accepts.
+    ``share_milli`` is per GPU (``sizing``: what an MPS slot must cover, what a weighted share
+    is); ``min_share`` is what each kind of unit must cover; ``memory_per_gpu_mib`` is the
+    memory spread evenly over ``gpu_count`` GPUs (rounded up). ``kinds`` are the partition kinds
+    the request accepts.
     """
 
     memory_mib: int
     gpu_count: int
-    share_milli: int
     kinds: frozenset[PartitionKind]
     classification: Classification
+    sizing: Sizing
+
+    @property
+    def share_milli(self) -> int:
+        return self.sizing.share_milli
+
+    def min_share(self, kind: PartitionKind) -> int:
+        """The least compute share a unit of ``kind`` must have for this request."""
+        return self.sizing.min_share(kind)
 
     @property
     def memory_per_gpu_mib(self) -> int:
@@ -78,21 +91,14 @@ class Need:
 
 
 def build_need(request: PlacementRequest, settings: ClassificationSettings = DEFAULT_CLASSIFICATION) -> Need:
-    """Classify the request and derive what one replica needs (share, memory, accepted kinds).
+    """Classify the request and derive what one replica needs (sizing, memory, accepted kinds).
 
-    An explicit ``sharing`` of ``exclusive`` means a whole GPU whatever the class; an explicit
-    ``share_milli`` overrides the class's default share.
+    How each kind of unit is sized is ``scheduler.core.sizing.size``: an explicit ``sharing`` of
+    ``exclusive`` or a multi-GPU replica means whole GPUs; an explicit ``share_milli`` overrides
+    the class's default share and is demanded of every kind of unit.
     """
     classification = classify(request.memory_mib, request.priority, request.latency_slo_ms, settings)
     sharing = SharingRequest(request.sharing)
-    if sharing == SharingRequest.EXCLUSIVE:
-        share = SHARE_MILLI_FULL
-    elif request.share_milli is not None:
-        share = request.share_milli
-    else:
-        share = classification.share_milli
-    if not 1 <= share <= SHARE_MILLI_FULL:
-        raise ValueError(f"share_milli must be within 1..{SHARE_MILLI_FULL}, got {share}")
     if request.gpu_count < 1:
         raise ValueError(f"gpu_count must be at least 1, got {request.gpu_count}")
     if request.memory_mib < 0:
@@ -100,10 +106,9 @@ def build_need(request: PlacementRequest, settings: ClassificationSettings = DEF
     return Need(
         memory_mib=request.memory_mib,
         gpu_count=request.gpu_count,
-        # A multi-GPU (tensor-parallel) replica takes whole GPUs.
-        share_milli=SHARE_MILLI_FULL if request.gpu_count > 1 else share,
         kinds=REQUEST_KINDS[sharing],
         classification=classification,
+        sizing=size(request, classification),
     )
 
 
@@ -149,8 +154,8 @@ class FitTable:
 def evaluate_fit(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> FitTable:
     """Fit of ``need`` on each node id in ``nodes`` (any order), from the snapshot's offers.
 
-    Single GPU: a node fits iff one of its offers (``NodeRow``) has share >= the request's and
-    memory >= the request's, of a kind the request accepts; the first such offer (offers are
+    Single GPU: a node fits iff one of its offers (``NodeRow``) has share >= what the request
+    demands of that offer's kind and memory >= the request's, of a kind the request accepts; the first such offer (offers are
     sorted ascending) is the unit. Multi-GPU: ``gpu_count`` free whole GPUs with enough memory
     each. Failing nodes get the most specific reason: NO_MEMORY when some free unit has the
     share but not the memory, NO_SHARE when free units exist but none with the share.
@@ -159,12 +164,16 @@ def evaluate_fit(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> Fi
         return _fit_gang(snapshot, need, nodes)
     # Compared over every node's offers at once (contiguous arrays, cheaper than gathering the
     # candidates' rows first), then reduced to one uint64 word per node (8 offers = 8 bytes).
-    share_ok = snapshot.offer_share_milli >= need.share_milli
-    if need.kinds != _ALL_KINDS:
-        allowed = np.zeros(len(KIND_ID) + 1, dtype=np.bool_)  # index kind + 1; -1 = no offer
+    demands = need.sizing.min_share_milli
+    if need.kinds == _ALL_KINDS and min(demands) == max(demands):
+        share_ok = snapshot.offer_share_milli >= demands[0]  # one demand for every kind: no gather
+    else:
+        # The least share per offer kind (index kind + 1; -1 = no offer); a kind the request
+        # does not accept demands more than any unit has.
+        demand = np.full(len(KIND_ID) + 1, SHARE_MILLI_FULL + 1, dtype=np.int32)
         for accepted in need.kinds:
-            allowed[KIND_ID[accepted] + 1] = True
-        share_ok &= allowed[snapshot.offer_kind + 1]
+            demand[KIND_ID[accepted] + 1] = need.min_share(accepted)
+        share_ok = snapshot.offer_share_milli >= demand[snapshot.offer_kind + 1]
     usable = share_ok & (snapshot.offer_memory_mib >= need.memory_mib)
     if usable.shape[1] == 8:
         usable_words = row_words(usable).take(nodes)

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from gpuplane.observability import PLACEMENT_DECISION_SECONDS
+from nodes.vocabulary import SHARE_MILLI_FULL
 from scheduler.adapters import InventorySnapshot, PartitionClaim, partition_claims
 from scheduler.choices import DecisionOutcome
 from scheduler.core import (
@@ -90,6 +91,7 @@ def _request(spec: DeploySpec, replica_index: int, quota: QuotaUsage | None) -> 
         workload_type=WorkloadType(spec.workload_type),
         namespace=spec.namespace,
         sharing=SharingRequest(spec.sharing),
+        share_milli=None if spec.share_percent is None else spec.share_percent * SHARE_MILLI_FULL // 100,
         enable_gpu_selection=spec.enable_gpu_selection,
         # The fallback is the services' call (see the module docstring), not the core's.
         allow_default_scheduler=False,

@@ -37,7 +37,8 @@ def deploy(spec: DeploySpec, *, user: Any = None, cluster: ClusterBackend | None
         name=spec.name, model=spec.model, memory_mib=spec.memory_mib, gpu_count=spec.gpu_count,
         replicas=spec.replicas, workload_type=spec.workload_type, priority=spec.priority,
         latency_slo_ms=spec.latency_slo_ms, namespace=spec.namespace, labels=dict(spec.labels),
-        sharing=spec.sharing, enable_gpu_selection=spec.enable_gpu_selection, status=DeploymentStatus.PENDING,
+        sharing=spec.sharing, share_percent=spec.share_percent, enable_gpu_selection=spec.enable_gpu_selection,
+        status=DeploymentStatus.PENDING,
         created_by=user if getattr(user, "is_authenticated", False) else None,
     )
     place_replicas(deployment, range(spec.replicas), spec=spec, user=user, cluster=cluster)

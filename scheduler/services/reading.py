@@ -6,7 +6,7 @@ from typing import Any
 from django.db.models import Q
 
 from lifecycle.models import AuditEvent
-from nodes.vocabulary import SHARE_MILLI_FULL
+from nodes.vocabulary import MIB_PER_GB, SHARE_MILLI_FULL
 from scheduler.choices import DecisionOutcome
 from scheduler.models import Deployment, Placement
 
@@ -14,13 +14,15 @@ from scheduler.models import Deployment, Placement
 def placement_summary(placement: Placement) -> dict[str, Any]:
     """What the API and the UI show of a placement.
 
-    ``{"node", "gpu_model", "gpus", "sharing", "share_percent", "mig_profile"}``: ``node`` and
-    ``gpu_model`` are None and ``sharing`` is "default-scheduler" for a replica handed to the
-    default Kubernetes scheduler; ``share_percent`` is the compute share per GPU (100.0 whole).
+    ``{"node", "gpu_model", "gpus", "sharing", "share_percent", "memory_gb", "mig_profile"}``:
+    ``node`` and ``gpu_model`` are None and ``sharing`` is "default-scheduler" for a replica
+    handed to the default Kubernetes scheduler; ``share_percent`` is the compute share per GPU
+    (100.0 whole); ``memory_gb`` the GPU memory given per GPU (1 GB = 1024 MiB); ``mig_profile``
+    the MIG instance given ("" for other kinds).
     """
     if placement.node_id is None:
         return {"node": None, "gpu_model": None, "gpus": [], "sharing": DecisionOutcome.DEFAULT_SCHEDULER.value,
-                "share_percent": None, "mig_profile": ""}
+                "share_percent": None, "memory_gb": None, "mig_profile": ""}
     node = placement.node
     return {
         "node": node.name,
@@ -28,6 +30,7 @@ def placement_summary(placement: Placement) -> dict[str, Any]:
         "gpus": list(placement.gpu_indexes or []),
         "sharing": placement.sharing,
         "share_percent": placement.share_milli * 100 / SHARE_MILLI_FULL,
+        "memory_gb": round(placement.memory_mib / MIB_PER_GB, 2),
         "mig_profile": placement.mig_profile,
     }
 

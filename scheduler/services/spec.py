@@ -41,6 +41,7 @@ class DeploySpec:
     namespace: str = "default"
     labels: Mapping[str, str] = field(default_factory=dict)
     sharing: str = SharingRequest.AUTO
+    share_percent: int | None = None
     enable_gpu_selection: bool = True
     allow_default_scheduler: bool = True
 
@@ -117,7 +118,9 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
     with them, the deploy form shows them under its fields). Rules: ``name`` and ``namespace``
     are DNS-1123 labels; ``model`` is 1-200 characters without control characters; ``memory_gb``
     a finite number in (0, 4096]; ``gpu_count`` 1-16; ``replicas`` 1-``DEPLOYMENT_MAX_REPLICAS``;
-    ``latency_slo_ms`` empty or 1-86,400,000; the choice fields one of their values; ``labels``
+    ``latency_slo_ms`` empty or 1-86,400,000; ``share_percent`` empty (the sharing mode sizes the
+    replica by its own rule) or 1-100, and below 100 only for a single-GPU replica that may share
+    (not ``exclusive``); the choice fields one of their values; ``labels``
     valid Kubernetes labels (``label_errors``). A multi-GPU replica takes whole GPUs, so only
     ``auto`` and ``exclusive`` sharing go with ``gpu_count`` > 1 (time-slicing especially: its
     replicas may land on one physical GPU).
@@ -135,6 +138,8 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
     _check_int(errors, "replicas", spec.replicas, 1, settings.DEPLOYMENT_MAX_REPLICAS)
     if spec.latency_slo_ms is not None:
         _check_int(errors, "latency_slo_ms", spec.latency_slo_ms, 1, MAX_LATENCY_SLO_MS)
+    if spec.share_percent is not None:
+        _check_int(errors, "share_percent", spec.share_percent, 1, 100)
     for name, choices in (("workload_type", WorkloadType), ("priority", Priority), ("sharing", SharingRequest)):
         value = getattr(spec, name)
         if value not in choices.values():
@@ -151,6 +156,13 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
             f"A replica of {spec.gpu_count} GPUs takes whole GPUs: {spec.sharing} gives one GPU per replica "
             "(time-sliced replicas could even share one physical GPU). Use auto or exclusive."
         )
+    if not errors["share_percent"] and spec.share_percent is not None and spec.share_percent < 100:
+        if spec.sharing == SharingRequest.EXCLUSIVE:
+            errors["share_percent"].append("Exclusive sharing gives whole GPUs (100 %): leave the share empty.")
+        elif not errors["gpu_count"] and spec.gpu_count > 1:
+            errors["share_percent"].append(
+                f"A replica of {spec.gpu_count} GPUs takes whole GPUs (100 %): leave the share empty."
+            )
     found = {name: messages for name, messages in errors.items() if messages}
     if found:
         raise ValidationError(found)
@@ -163,6 +175,6 @@ def spec_of(deployment: Deployment) -> DeploySpec:
         name=deployment.name, model=deployment.model, memory_gb=deployment.memory_mib / MIB_PER_GB,
         gpu_count=deployment.gpu_count, replicas=deployment.replicas, workload_type=deployment.workload_type,
         priority=deployment.priority, latency_slo_ms=deployment.latency_slo_ms, namespace=deployment.namespace,
-        labels=dict(deployment.labels or {}), sharing=deployment.sharing,
+        labels=dict(deployment.labels or {}), sharing=deployment.sharing, share_percent=deployment.share_percent,
         enable_gpu_selection=deployment.enable_gpu_selection,
     )

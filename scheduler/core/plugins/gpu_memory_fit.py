@@ -5,11 +5,14 @@ import numpy as np
 
 from scheduler.core.fit import NO_MEMORY, NO_SHARE
 from scheduler.core.framework import CycleState, FilterPlugin
+from scheduler.core.node_columns import MODES
+from scheduler.core.types import MODE_KINDS
 
 
 class GPUMemoryFit(FilterPlugin):
-    """Pass iff a free unit of an accepted kind has share >= the request's share and memory >=
-    its memory (per GPU for a multi-GPU request); see ``scheduler.core.fit`` for the units.
+    """Pass iff a free unit of an accepted kind has share >= what the request demands of that
+    kind (``scheduler.core.sizing``) and memory >= its memory (per GPU for a multi-GPU request);
+    see ``scheduler.core.fit`` for the units.
 
     Example: a 48 GiB (49152 MiB) request on an A100-40GB (40960 MiB) node: 40960 < 49152 ->
     1 "insufficient GPU memory". A 25 % request on a weighted-MPS GPU holding 50 % + 25 %: free
@@ -29,5 +32,8 @@ class GPUMemoryFit(FilterPlugin):
             per_gpu = f" on each of {need.gpu_count} GPUs" if need.multi_gpu else ""
             return f"needs {need.memory_per_gpu_mib} MiB{per_gpu}; no free unit of the node has that much"
         if code == NO_SHARE:
-            return f"needs {need.share_milli / 10:g}% of a GPU; no free unit of the node has that much"
+            # The least share any unit this node's mode offers would have to cover.
+            mode = MODES[int(state.snapshot.mode_id[node])]
+            share = min((need.min_share(kind) for kind in MODE_KINDS[mode] & need.kinds), default=need.share_milli)
+            return f"needs {share / 10:g}% of a GPU; no free unit of the node has that much"
         return self.reasons[code - 1]

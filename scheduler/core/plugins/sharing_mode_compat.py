@@ -25,7 +25,9 @@ class SharingModeCompat(PreFilterPlugin, FilterPlugin):
     4 "MPS clients exceed the GPU's limit": R > 48 clients (16 before compute capability 7.5).
     5 "MPS share too small": uniform MPS gives each client 1000 // R milli, so a request of
       share s needs ``1000 // R >= s``, i.e. R <= 1000 // s (50 % -> R <= 2, 25 % -> R <= 4).
-    6 "time-slice share too small": the same rule for a time-slice replica's nominal share.
+    6 "time-slice share too small": the same rule for a time-slice replica's nominal share, only
+      when the request demands compute of a replica (a stated share or an exclusive demand;
+      time-slicing is otherwise sized by memory, ``scheduler.core.sizing``).
 
     PreFilter refuses outright a multi-GPU request that explicitly asks for a shared mode.
     """
@@ -50,7 +52,7 @@ class SharingModeCompat(PreFilterPlugin, FilterPlugin):
                 self.NAME,
             )
         need = state.need
-        key = (self.NAME, need.kinds, need.share_milli, need.gpu_count)
+        key = (self.NAME, need.kinds, need.sizing.min_share_milli, need.gpu_count)
         cache = state.snapshot.static_cache
         if key not in cache:
             cache[key] = self._codes_by_group(state)
@@ -70,8 +72,8 @@ class SharingModeCompat(PreFilterPlugin, FilterPlugin):
         is_mps = (mode == _MPS) | (mode == _WEIGHTED)
         code = np.zeros(len(mode), dtype=np.int64)
         # Assigned from the least to the most important reason: the last write wins.
-        code[(mode == _TIMESLICE) & (slot_share < need.share_milli)] = 6
-        code[(mode == _MPS) & (slot_share < need.share_milli)] = 5
+        code[(mode == _TIMESLICE) & (slot_share < need.min_share(PartitionKind.TIMESLICE))] = 6
+        code[(mode == _MPS) & (slot_share < need.min_share(PartitionKind.MPS))] = 5
         code[is_mps & (replicas > snapshot.models.mps_max_clients[snapshot.group_model_id])] = 4
         code[is_mps & snapshot.group_has_mig_gpu] = 3
         if need.multi_gpu:
@@ -84,7 +86,6 @@ class SharingModeCompat(PreFilterPlugin, FilterPlugin):
 
     def explain(self, state: CycleState, node: int, code: int) -> str:
         snapshot = state.snapshot
-        share = state.need.share_milli
         replicas = int(snapshot.replicas[node])
         mode = MODES[int(snapshot.mode_id[node])]
         if code == 1:
@@ -95,6 +96,7 @@ class SharingModeCompat(PreFilterPlugin, FilterPlugin):
         if code in (5, 6):
             what = "MPS" if code == 5 else "time-slicing"
             who = "client" if code == 5 else "replica"
+            share = state.need.min_share(PartitionKind.MPS if code == 5 else PartitionKind.TIMESLICE)
             return (
                 f"{what} with R={replicas} gives each {who} {SHARE_MILLI_FULL // replicas / 10:g}%; "
                 f"a {share / 10:g}% request needs R <= {SHARE_MILLI_FULL // share}"

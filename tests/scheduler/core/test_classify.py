@@ -59,4 +59,4 @@ def test_thresholds_and_rules_are_parameters():
 def test_the_reason_says_why():
     assert "40 GB is large" in classify(40 * GIB, Priority.HIGH, 100).reason
     assert "exclusive H100" in classify(40 * GIB, Priority.HIGH, 100).reason
-    assert classify(8 * GIB).reason == "8 GB is medium: prefers A100, MPS 50 %"
+    assert classify(8 * GIB).reason == "8 GB is medium: prefers A100, MPS 50 % by default"

@@ -113,8 +113,22 @@ def _mode_nodes() -> ClusterSnapshot:
 
 
 def test_sharing_mode_compat_a_50_percent_request():
-    # A 50 % request (medium class): uniform slots need 1000 // R >= 500, i.e. R <= 2.
+    # A medium model's 50 % is a default for MPS only: uniform MPS slots need 1000 // R >= 500,
+    # i.e. R <= 2; time-slicing is sized by memory, so R = 4 serves it.
     assert filter_reasons(SharingModeCompat(), _mode_nodes(), request(8)) == {
+        "exclusive": "",
+        "mig": "",
+        "mps-2": "",
+        "mps-4": "MPS share too small",  # 1000 // 4 = 250 < 500
+        "weighted": "",
+        "slice-2": "",
+        "slice-4": "",
+    }
+
+
+def test_sharing_mode_compat_a_stated_50_percent_share_binds_time_slicing_too():
+    # A stated share is demanded of every unit: a replica's nominal share 1000 // R >= 500.
+    assert filter_reasons(SharingModeCompat(), _mode_nodes(), request(8, share_milli=500)) == {
         "exclusive": "",
         "mig": "",
         "mps-2": "",

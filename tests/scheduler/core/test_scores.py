@@ -91,20 +91,28 @@ def _compat_nodes() -> ClusterSnapshot:
 
 def test_partition_compat_for_a_50_percent_request():
     result = scores(PartitionCompat(), _compat_nodes(), request(8), ["exclusive", "mig", "mps-2", "weighted", "slice-2"])
-    # 100 x 500 // unit share: whole 1000 -> 50; 4g.20gb 571 -> 87; slot 500 -> 100; weighted
-    # share = the request -> 100; a time-slice slot of 500 -> 100, halved (no isolation) -> 50.
+    # 100 x 500 // unit share: whole 1000 -> 50; slot 500 -> 100; weighted share = the request
+    # -> 100; a time-slice slot of 500 -> 100, halved (no isolation) -> 50. MIG is sized by
+    # memory: 8 GB takes the 2g.10gb, 100 x 8192 // 10240 = 80.
     assert {name: raw for name, (raw, _) in result.items()} == {
-        "exclusive": 50, "mig": 87, "mps-2": 100, "weighted": 100, "slice-2": 50,
+        "exclusive": 50, "mig": 80, "mps-2": 100, "weighted": 100, "slice-2": 50,
     }
 
 
 def test_partition_compat_for_a_25_percent_request():
     result = scores(PartitionCompat(), _compat_nodes(), request(2))
-    # 100 x 250 // unit: whole 1000 -> 25; smallest fitting MIG 2g.10gb 285 -> 87 (1g.5gb has
-    # 142 < 250); R=2 slot 500 -> 50; R=4 slot 250 -> 100; weighted 100; slice R=2 50 // 2 = 25.
+    # 100 x 250 // unit: whole 1000 -> 25; R=2 slot 500 -> 50; R=4 slot 250 -> 100; weighted
+    # 100; slice R=2 50 // 2 = 25. MIG by memory: 2 GB takes the 1g.5gb, 100 x 2048 // 5120 = 40.
     assert {name: raw for name, (raw, _) in result.items()} == {
-        "exclusive": 25, "mig": 87, "mps-2": 50, "mps-4": 100, "weighted": 100, "slice-2": 25,
+        "exclusive": 25, "mig": 40, "mps-2": 50, "mps-4": 100, "weighted": 100, "slice-2": 25,
     }
+
+
+def test_partition_compat_for_a_stated_25_percent_share_on_mig():
+    # A stated share binds MIG too: 2 GB at 25 % needs at least a 2g instance (285 milli); the
+    # 2g.10gb scores the larger ratio, max(100 x 250 // 285 = 87, 100 x 2048 // 10240 = 20) = 87.
+    result = scores(PartitionCompat(), _compat_nodes(), request(2, share_milli=250), ["mig"])
+    assert result["mig"][0] == 87
 
 
 def test_best_fit():

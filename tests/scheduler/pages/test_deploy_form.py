@@ -21,11 +21,15 @@ pytestmark = pytest.mark.django_db
 def test_the_form_explains_each_sharing_mode_honestly(operator_client):
     body = operator_client.get("/deployments/new/").content.decode()
     for field in ("name", "model", "memory_gb", "gpu_count", "replicas", "workload_type", "priority",
-                  "latency_slo_ms", "namespace", "labels", "enable_gpu_selection"):
+                  "latency_slo_ms", "namespace", "labels", "sharing", "share_percent", "enable_gpu_selection"):
         assert f'name="{field}"' in body
     assert body.count('name="sharing"') == 6
-    assert "a 50 % share needs R &lt;= 2 and a 25 % share R &lt;= 4" in body  # uniform MPS: 100/R
-    assert "no memory and no fault isolation" in body  # time-slicing
+    # Each mode sizes by its own unit: the old rule (the class's share demanded of every mode) is gone.
+    assert "a 50 % share needs R &lt;= 2" in body  # uniform MPS: 100/R
+    assert "a MIG instance or a time-slice replica by memory" in body  # auto
+    assert "any replica whose GPU has enough memory left" in body  # time-slicing
+    assert "No memory and no fault isolation" in body
+    assert "it also decides the default share" not in body
     assert "hardware isolation of compute, memory and faults" in body  # MIG
     # Help texts are tied to their fields for screen readers.
     assert 'aria-describedby="id_memory_gb_helptext"' in body
@@ -45,6 +49,23 @@ def test_a_valid_form_deploys_and_lands_on_the_deployment_page(operator_client, 
     assert (placement.sharing, placement.share_milli) == ("mps", 500)
     body = response.content.decode()
     assert f"Deployed search/embedder: placed on {placement.node.name}" in body
+
+
+def test_a_stated_compute_share_is_stored_and_sizes_the_placement(operator_client, demo):
+    # 8 GB on MPS defaults to 50 %; a stated 25 % fits an R=4 slot.
+    data = {**LOW_BATCH, "sharing": "mps", "share_percent": "25"}
+    response = operator_client.post("/deployments/new/", data, follow=True)
+    deployment = Deployment.objects.get()
+    assert deployment.share_percent == 25
+    assert deployment.placements.get().share_milli == 250
+    body = response.content.decode()
+    assert "25&nbsp;% as requested" in body
+    assert "Sizing rule: MPS: 25 % as requested, at least 8 GB -&gt; 25 % of GPU" in body
+
+
+def test_an_empty_compute_share_means_the_modes_own_rule(operator_client, demo):
+    operator_client.post("/deployments/new/", {**LOW_BATCH, "share_percent": ""})
+    assert Deployment.objects.get().share_percent is None
 
 
 def test_field_errors_are_shown_and_nothing_is_stored(operator_client, demo):
@@ -85,6 +106,8 @@ def test_cross_field_rules_of_the_api_apply_to_the_form(operator_client, demo):
         ("memory_gb", "5000", 5000.0),
         ("gpu_count", "17", 17),
         ("model", "x" * 201, "x" * 201),
+        ("share_percent", "0", 0),
+        ("share_percent", "101", 101),
     ],
 )
 def test_the_form_refuses_what_the_api_validator_refuses_with_its_message(operator_client, demo, field, typed, value):

@@ -28,9 +28,12 @@ def test_the_page_shows_the_placement_and_the_decision_matrix(viewer_client, dem
     body = response.content.decode()
 
     placements = row_texts(body, "placement-table")
-    assert placements[0] == "Replica Node GPU model GPUs Sharing Share MIG profile Status Workload"
+    assert placements[0] == "Replica Node GPU model GPUs Sharing Share Memory MIG profile Status Workload"
     gpu = placement.gpu_indexes[0]
-    assert placements[1].startswith(f"0 {placement.node.name} A100-SXM4-40GB GPU {gpu} mps 50 % —")
+    slot_gb = placement.memory_mib / 1024  # an MPS slot pins the GPU's memory / R
+    assert placements[1].startswith(f"0 {placement.node.name} A100-SXM4-40GB GPU {gpu} mps 50 % {slot_gb:g} GB —")
+    # The decision names the rule that sized the placement.
+    assert "Sizing rule: MPS: 50 % by default for a medium model, at least 8 GB -&gt; 50 % of GPU" in body
 
     rows = table_rows(body, "data-matrix-table")
     header, body_rows = rows[0][1], rows[1:]

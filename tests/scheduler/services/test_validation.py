@@ -65,4 +65,4 @@ def test_placement_summary_reads_like_the_contract(cluster):
     summary = services.placement_summary(deployment.placements.get())
 
     assert summary == {"node": "a100-node-4", "gpu_model": "A100-SXM4-40GB", "gpus": [0], "sharing": "mps-weighted",
-                       "share_percent": 25.0, "mig_profile": ""}
+                       "share_percent": 25.0, "memory_gb": 2.0, "mig_profile": ""}
