@@ -31,12 +31,12 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import OPERATOR, has_role
 from nodes.authentication import NodeAgentTokenAuthentication
 from nodes.models import Node, NodeAgentToken
@@ -190,7 +190,7 @@ class TelemetryView(APIView):
 
     authentication_classes = [NodeAgentTokenAuthentication, TokenAuthentication, SessionAuthentication]
     permission_classes = [CanPostTelemetry]
-    parser_classes = [JSONParser]
+    parser_classes = [LimitedJSONParser]  # JSON only, with the size and nesting limits of every endpoint
     # Read by nodes.authentication.NodeAgentTokenScheme: list agent tokens for this operation.
     accepts_agent_tokens = True
 
