@@ -35,7 +35,9 @@ def run_python(tmp_path: Path, code: str, *argv: str, umask: int = 0o022, **vari
     The child starts with a permissive umask, as from a login shell, so that only what the
     project does makes its files private.
     """
-    env = {name: value for name, value in os.environ.items() if name not in SETTINGS_VARIABLES}
+    # The browser tests set DJANGO_ALLOW_ASYNC_UNSAFE in this process; a deployment never has it.
+    unwanted = (*SETTINGS_VARIABLES, "DJANGO_ALLOW_ASYNC_UNSAFE")
+    env = {name: value for name, value in os.environ.items() if name not in unwanted}
     env["DJANGO_SETTINGS_MODULE"] = "gpuplane.settings"
     env.setdefault("GPUPLANE_VAR_DIR", str(tmp_path / "var"))
     env.update(variables)
