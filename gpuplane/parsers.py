@@ -28,8 +28,9 @@ def max_body_bytes() -> int:
     return int(limit) if limit is not None else 2_621_440
 
 
-def _too_large(limit: int) -> ParseError:
-    return ParseError(f"Request body too large: at most {limit} bytes are accepted.")
+def too_large_error(limit: int | None = None) -> ParseError:
+    """The 400 for a body over the limit (also raised by Django's own check: gpuplane.api)."""
+    return ParseError(f"Request body too large: at most {limit or max_body_bytes()} bytes are accepted.")
 
 
 def refuse_declared_oversize(parser_context: Mapping[str, Any] | None) -> int:
@@ -38,7 +39,7 @@ def refuse_declared_oversize(parser_context: Mapping[str, Any] | None) -> int:
     request = (parser_context or {}).get("request")
     declared = str(request.META.get("CONTENT_LENGTH") or "") if request is not None else ""
     if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
+        raise too_large_error(limit)
     return limit
 
 
@@ -49,7 +50,7 @@ def read_bounded(stream: IO[bytes] | None, parser_context: Mapping[str, Any] | N
         return b""
     body = stream.read(limit + 1)
     if len(body) > limit:
-        raise _too_large(limit)
+        raise too_large_error(limit)
     return body
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils.crypto import get_random_string
 from rest_framework.test import APIClient
 from rest_framework.views import APIView
 
@@ -147,3 +148,23 @@ def test_the_token_endpoint_still_takes_a_form_and_json(api, viewer):
 )
 def test_json_depth(value, depth):
     assert json_depth(value) == depth
+
+
+def test_an_oversize_form_from_a_browser_session_is_a_json_400(admin_user, settings):
+    # With a session, DRF's CSRF check reads request.POST first: Django's own limit trips there.
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    client = APIClient(enforce_csrf_checks=True)
+    client.force_login(admin_user)
+    csrf_token = get_random_string(32)
+    client.cookies["csrftoken"] = csrf_token
+
+    response = client.post(
+        "/api/v1/deployments/",
+        data="name=" + "x" * 2000,
+        content_type="application/x-www-form-urlencoded",
+        HTTP_X_CSRFTOKEN=csrf_token,
+    )
+
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/json"
+    assert "too large" in response.json()["detail"]
