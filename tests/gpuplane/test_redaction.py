@@ -10,11 +10,12 @@ import logging
 import sys
 
 import pytest
+from celery.signals import after_setup_logger, after_setup_task_logger
 from django.test import RequestFactory
 from django.views.debug import technical_500_response
 
 from gpuplane.management.commands.run_gpuplane import ProcessSpec, Supervisor
-from gpuplane.redaction import MASK, CredentialMaskingLogFilter, mask_handlers, mask_url_credentials
+from gpuplane.redaction import MASK, CredentialMaskingLogFilter, mask_url_credentials
 
 SECRET = "hunter2-redis-pw"
 
@@ -106,13 +107,15 @@ def test_the_project_logging_config_masks_the_console():
     assert configured, "settings.LOGGING's console handler lost its credential filter"
 
 
-def test_celery_log_handlers_get_the_filter_once():
+@pytest.mark.parametrize("signal", [after_setup_logger, after_setup_task_logger], ids=["worker", "task"])
+def test_celerys_log_handlers_get_the_filter_once(signal):
+    # Celery replaces the root logger's handlers when a worker or beat starts, then sends these signals.
     logger = logging.getLogger("tests.celery-like")
     handler = logging.StreamHandler(io.StringIO())
     logger.addHandler(handler)
     try:
-        mask_handlers(logger)
-        mask_handlers(logger)
+        for _ in range(2):
+            signal.send(sender=None, logger=logger, loglevel=logging.INFO, logfile=None, format="", colorize=False)
     finally:
         logger.removeHandler(handler)
     assert sum(isinstance(f, CredentialMaskingLogFilter) for f in handler.filters) == 1
