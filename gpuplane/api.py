@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from rest_framework import exceptions
@@ -26,13 +27,20 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from gpuplane.parsers import too_large_error
+
 MAX_PAGE_LIMIT = 500
 # 18 digits always fit a signed 64-bit integer; longer numbers are refused before int() sees them.
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's handler, plus Django ValidationErrors (from Model.clean) turned into 400s."""
+    """DRF's handler, plus Django ValidationErrors (from Model.clean) and body limits turned into 400s."""
+    # Django's own body limits, hit when something reads request.POST (the CSRF check) before DRF's parsers.
+    if isinstance(exc, RequestDataTooBig):
+        exc = too_large_error()
+    elif isinstance(exc, (TooManyFieldsSent, TooManyFilesSent)):
+        exc = exceptions.ParseError(str(exc))
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         exc = exceptions.ValidationError(detail=detail)

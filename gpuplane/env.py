@@ -54,3 +54,15 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ImproperlyConfigured(f"{name}={value!r} must be one of: {', '.join(choices)}")
     return value
+
+
+def env_header_pair(name: str) -> tuple[str, str] | None:
+    """`Header-Name: value` as Django's (META key, value) pair, e.g. SECURE_PROXY_SSL_HEADER; None if unset."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    header, sep, value = raw.partition(":")
+    header, value = header.strip(), value.strip()
+    if not sep or not header or not value or not all(ch.isalnum() or ch == "-" for ch in header):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not `Header-Name: value` (e.g. `X-Forwarded-Proto: https`)")
+    return "HTTP_" + header.upper().replace("-", "_"), value

@@ -13,16 +13,24 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from gpuplane.env import env_bool, env_choice, env_int, env_list, env_str
+from gpuplane.env import env_bool, env_choice, env_header_pair, env_int, env_list, env_str
+from gpuplane.private_files import persistent_secret_key, secure_var_dir
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPLANE_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
-
-DEBUG = env_bool("DEBUG", True)
-SECRET_KEY = env_str("SECRET_KEY", "dev-only-insecure-key" if DEBUG else "")
-if not SECRET_KEY:
-    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+# --- Safe defaults (README.md, "Configuration"; gpuplane/private_files.py) ---------------------
+# var/ and everything created in it are owner-only (umask 077, 0700 directories, 0600 files).
+secure_var_dir(VAR_DIR)
+# DEBUG pages show settings and source: an explicit developer opt-in, never the default.
+DEBUG = env_bool("DEBUG", False)
+# Set SECRET_KEY to share one key between machines; else one is generated once under var/.
+SECRET_KEY = env_str("SECRET_KEY", "") or persistent_secret_key(VAR_DIR / "secret-key")
+# Bodies larger than this are refused with 400, also those DRF parses (gpuplane/parsers.py).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+# Error reports (DEBUG pages, mails to ADMINS) hide credentials in every URL (gpuplane/error_reports.py).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "gpuplane.error_reports.CredentialMaskingReporterFilter"
+DEFAULT_EXCEPTION_REPORTER = "gpuplane.error_reports.CredentialMaskingExceptionReporter"
+# --- end of safe defaults -------------------------------------------------------------------
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 
 INSTALLED_APPS = [
@@ -96,6 +104,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# Without DEBUG whitenoise warns about a missing STATIC_ROOT; `make run` serves from the finders.
+STATIC_ROOT.mkdir(exist_ok=True)
 # find_spec locates the plotly package without importing it.
 _plotly_spec = find_spec("plotly")
 if _plotly_spec is None or _plotly_spec.origin is None:
@@ -106,7 +116,7 @@ STATICFILES_DIRS = [
     # /static/vendor/plotly/plotly.min.js: no CDN, and no copy of it in the repository.
     ("vendor/plotly", Path(_plotly_spec.origin).parent / "package_data"),
 ]
-# The app serves its own assets (no CDN); whitenoise finds them without collectstatic in DEBUG.
+# The app serves its own assets (no CDN); whitenoise finds them without collectstatic, DEBUG or not.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
@@ -133,6 +143,12 @@ REST_FRAMEWORK = {
     # DRF's LimitOffsetPagination, limit capped at 500, bad limit/offset a 400.
     "DEFAULT_PAGINATION_CLASS": "gpuplane.api.CappedLimitOffsetPagination",
     "PAGE_SIZE": 50,
+    # DRF's JSON, form and multipart parsers with size and nesting limits: any body parses or is a 400.
+    "DEFAULT_PARSER_CLASSES": [
+        "gpuplane.parsers.LimitedJSONParser",
+        "gpuplane.parsers.LimitedFormParser",
+        "gpuplane.parsers.LimitedMultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "gpuplane.api.exception_handler",
 }
@@ -257,10 +273,28 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# --- HTTPS in production (README.md, "Production"): `manage.py check --deploy` is clean with these set.
+# All default off so that `make run` works over plain http on a laptop.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+# Behind a TLS-terminating proxy: the header it sets, e.g. `X-Forwarded-Proto: https`. Only set it
+# when the proxy always sets (or strips) that header, or a client can claim https.
+SECURE_PROXY_SSL_HEADER = env_header_pair("SECURE_PROXY_SSL_HEADER")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# --- end of HTTPS in production --------------------------------------------------------------
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # URL credentials (REDIS_URL's password, ...) are masked in every line (gpuplane/redaction.py).
+    "filters": {"mask_credentials": {"()": "gpuplane.redaction.CredentialMaskingLogFilter"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["mask_credentials"]},
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }

@@ -2,7 +2,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.settings import api_settings
 
 from gpuplane.observability import MetricsView
 from gpuplane.views import OverviewView
@@ -18,7 +19,12 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("api/v1/auth/token/", obtain_auth_token, name="api-token"),
+    # DRF's view names its own (unlimited) parsers; the project's limited ones replace them.
+    path(
+        "api/v1/auth/token/",
+        ObtainAuthToken.as_view(parser_classes=api_settings.DEFAULT_PARSER_CLASSES),
+        name="api-token",
+    ),
     path("api/v1/", include("nodes.api.urls")),
     path("api/v1/", include("scheduler.api.urls")),
     path("api/v1/", include("lifecycle.api.urls")),

@@ -35,12 +35,12 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import OPERATOR, has_role
 from nodes.authentication import NodeAgentTokenAuthentication
 from nodes.models import Node, NodeAgentToken
@@ -195,22 +195,12 @@ class CanPostTelemetry(BasePermission):
         return bool(request.user and request.user.is_authenticated and has_role(request.user, OPERATOR))
 
 
-class TelemetryJSONParser(JSONParser):
-    """JSON only; a body nested deeper than the decoder can follow is a 400 like any malformed body, not a 500."""
-
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
-        try:
-            return super().parse(stream, media_type, parser_context)
-        except RecursionError as exc:
-            raise exceptions.ParseError("JSON parse error - nested too deeply.") from exc
-
-
 class TelemetryView(APIView):
     """Receive a batch of GPU samples of one node."""
 
     authentication_classes = [NodeAgentTokenAuthentication, TokenAuthentication, SessionAuthentication]
     permission_classes = [CanPostTelemetry]
-    parser_classes = [TelemetryJSONParser]
+    parser_classes = [LimitedJSONParser]  # JSON only, with the size and nesting limits of every endpoint
     # Read by nodes.authentication.NodeAgentTokenScheme: list agent tokens for this operation.
     accepts_agent_tokens = True
 

@@ -14,7 +14,9 @@ from tests.architecture.graph import project_graph
 
 APPS = ("nodes", "scheduler", "lifecycle")
 GPUPLANE_TOP_LAYER = ("gpuplane.views", "gpuplane.urls", "gpuplane.api")
-GPUPLANE_BASE = ("gpuplane.env", "gpuplane.roles", "gpuplane.observability", "gpuplane.celery", "gpuplane.web")
+GPUPLANE_BASE = (
+    "gpuplane.env", "gpuplane.roles", "gpuplane.observability", "gpuplane.celery", "gpuplane.web", "gpuplane.parsers",
+)
 
 
 def _within(name: str, prefixes: tuple[str, ...]) -> bool:

@@ -24,7 +24,9 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 SETTINGS_VARIABLES = (
     "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "DATABASE_URL", "DATABASE_CONN_MAX_AGE", "REDIS_URL",
     "CELERY_TASK_ALWAYS_EAGER", "GPUPLANE_CLUSTER", "GPUPLANE_KUBECONFIG", "GPUPLANE_SIMULATED_STATE",
-    "GPUPLANE_INVENTORY_SYNC_INTERVAL_S", "GPUPLANE_VAR_DIR", "LOG_LEVEL",
+    "GPUPLANE_INVENTORY_SYNC_INTERVAL_S", "GPUPLANE_VAR_DIR", "LOG_LEVEL", "GPUPLANE_PROMETHEUS_URL",
+    "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD",
+    "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_PROXY_SSL_HEADER", "CSRF_TRUSTED_ORIGINS",
 )
 
 DUMP_SETTINGS = """
@@ -65,9 +67,10 @@ def django_setup(tmp_path: Path, code: str = "", **variables: str) -> subprocess
         ({"DATABASE_CONN_MAX_AGE": "forever"}, "DATABASE_CONN_MAX_AGE='forever' is not an integer"),
         ({"GPUPLANE_INVENTORY_SYNC_INTERVAL_S": "1"}, "GPUPLANE_INVENTORY_SYNC_INTERVAL_S=1 must be >= 5"),
         ({"GPUPLANE_CLUSTER": "foo"}, "GPUPLANE_CLUSTER='foo' must be one of: simulated, kubernetes"),
-        ({"DEBUG": "off"}, "SECRET_KEY must be set when DEBUG is off"),
+        ({"SECURE_PROXY_SSL_HEADER": "https"}, "SECURE_PROXY_SSL_HEADER='https' is not `Header-Name: value`"),
+        ({"SECURE_HSTS_SECONDS": "-1"}, "SECURE_HSTS_SECONDS=-1 must be >= 0"),
     ],
-    ids=["bool", "int", "int-minimum", "choice", "secret-key-required"],
+    ids=["bool", "int", "int-minimum", "choice", "header-pair", "hsts-seconds"],
 )
 def test_it_refuses_to_start_on_a_bad_value(tmp_path, variables, message):
     result = django_setup(tmp_path, **variables)
@@ -83,7 +86,7 @@ def test_it_needs_no_external_service_by_default(tmp_path):
 
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
-    assert seen["DEBUG"] is True
+    assert seen["DEBUG"] is False  # a developer opts in (tests/gpuplane/test_safe_defaults.py)
     assert seen["db_engine"] == "django.db.backends.sqlite3"
     assert seen["db_name"] == str(var / "gpuplane.sqlite3")
     assert seen["broker_url"] == "filesystem://localhost//"

@@ -39,6 +39,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from gpuplane.management.commands.ensure_admin import admin_password_path, format_login, valid_saved_login
+from gpuplane.redaction import mask_url_credentials
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -217,6 +218,7 @@ class Supervisor:
             self._emit("gpuplane", line)
 
     def _emit(self, label: str, line: str) -> None:
+        line = mask_url_credentials(line)  # a child may print REDIS_URL & co. with their password
         with self._lock:
             try:
                 self.out.write(f"{label:<{max(self._label_width, 8)}} | {line}\n")
