@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import obtain_auth_token
 
+from gpuplane.api_root import APIRootView
 from gpuplane.observability import MetricsView
 from gpuplane.views import OverviewView
 
@@ -19,6 +20,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/auth/token/", obtain_auth_token, name="api-token"),
+    path("api/v1/", APIRootView.as_view(), name="api-root"),
     path("api/v1/", include("nodes.api.urls")),
     path("api/v1/", include("scheduler.api.urls")),
     path("api/v1/", include("lifecycle.api.urls")),
