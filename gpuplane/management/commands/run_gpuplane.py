@@ -1,6 +1,8 @@
 """`manage.py run_gpuplane`: web + Celery worker + Celery beat as one foreground program.
 
-This is what `make run` execs. It is a small process supervisor (think `honcho start` with a
+This is what `make run` execs, after `run_gpuplane --check-port` (which only checks that the web
+server's address is free, gpuplane/ports.py) has run before the migrations and the admin login
+are printed. It is a small process supervisor (think `honcho start` with a
 Procfile written in Python, see `process_specs`):
 
 - each process runs in its own session, so a Ctrl-C in the terminal reaches only the
