@@ -32,6 +32,8 @@ $(STAMP): requirements.txt | $(PY)
 install: $(STAMP)
 
 run: install
+	@# Before anything is printed: a busy port must not come after the login, with nothing to use it.
+	@$(PY) manage.py run_gpuplane --check-port --host $(HOST) --port $(PORT)
 	$(PY) manage.py migrate --noinput
 	@# The demo cluster gives a new user something to look at; --if-empty keeps their own data.
 	@# It lives in the simulator only: a real cluster is never seeded.

@@ -118,6 +118,8 @@ STATICFILES_DIRS = [
 ]
 # The app serves its own assets (no CDN); whitenoise finds them without collectstatic, DEBUG or not.
 WHITENOISE_USE_FINDERS = True
+# Files served at the site root, for clients that ask without reading the page (/favicon.ico).
+WHITENOISE_ROOT = BASE_DIR / "webroot"
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # Everyone signs in here; /admin/login/ still works for staff (Django admin admits staff only).

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.settings import api_settings
 
+from gpuplane.api_root import APIRootView
 from gpuplane.observability import MetricsView
 from gpuplane.views import OverviewView
 
@@ -25,6 +26,7 @@ urlpatterns = [
         ObtainAuthToken.as_view(parser_classes=api_settings.DEFAULT_PARSER_CLASSES),
         name="api-token",
     ),
+    path("api/v1/", APIRootView.as_view(), name="api-root"),
     path("api/v1/", include("nodes.api.urls")),
     path("api/v1/", include("scheduler.api.urls")),
     path("api/v1/", include("lifecycle.api.urls")),

@@ -31,6 +31,7 @@ from scheduler import services
 from scheduler.choices import DeploymentStatus
 from scheduler.forms import DeployForm, DeploymentFilterSet
 from scheduler.models import Decision, Deployment, Placement
+from scheduler.plugin_labels import PluginLabel, plugin_label
 
 CHART_TOP_NODES = 10  # bars in the score chart; the table below it has every kept row
 
@@ -74,11 +75,22 @@ def by_count(rejected: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
 
 @dataclass(frozen=True)
 class ScoreCell:
-    """One plugin's part of a node's total: raw value, normalized 0..100, weighted contribution."""
+    """One plugin's part of a node's total: raw value, normalized 0..100, weighted contribution;
+    `raw_text` is the raw value in the plugin's unit ("1412 TFLOPS per kW")."""
 
     raw: int
     normalized: int
     weighted: float
+    raw_text: str = ""
+
+
+@dataclass(frozen=True)
+class PluginColumn:
+    """One score plugin of the matrix: its name in the stored matrix, weight, and label in words."""
+
+    plugin: str
+    weight: float
+    label: PluginLabel
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,12 @@ class MatrixTable:
     hidden_rejected: tuple[tuple[str, int], ...]
     classification: str = ""
     sizing: str = ""
+    columns: tuple[PluginColumn, ...] = ()  # aligned with `weights`
+
+    @property
+    def chart_labels(self) -> dict[str, dict[str, str]]:
+        """Per plugin, its title and raw unit, for the score chart's legend and tooltips."""
+        return {c.plugin: {"title": c.label.title, "unit": c.label.unit} for c in self.columns}
 
     @property
     def plugins(self) -> tuple[str, ...]:
@@ -157,12 +175,15 @@ def matrix_table(matrix: Mapping[str, Any], node_urls: Mapping[str, str]) -> Mat
     """
     weights = by_weight(matrix.get("weights") or {})
     plugins = [plugin for plugin, _ in weights]
+    priority = str((matrix.get("request") or {}).get("priority", ""))
+    labels = {plugin: plugin_label(plugin, priority) for plugin in plugins}
     chosen = matrix.get("node") if matrix.get("outcome") == "placed" else None
     rows: list[MatrixRow] = []
     for row in matrix.get("rows") or []:
         by_plugin = {score["plugin"]: score for score in row.get("scores") or []}
         cells = tuple(
-            ScoreCell(int(s["raw"]), int(s["normalized"]), float(s["weighted"])) if (s := by_plugin.get(p)) else None
+            ScoreCell(int(s["raw"]), int(s["normalized"]), float(s["weighted"]), labels[p].raw_text(int(s["raw"])))
+            if (s := by_plugin.get(p)) else None
             for p in plugins
         )
         if not row.get("feasible"):
@@ -199,6 +220,7 @@ def matrix_table(matrix: Mapping[str, Any], node_urls: Mapping[str, str]) -> Mat
         hidden_rejected=hidden_rejected,
         classification=str(classification.get("reason", "")),
         sizing=str(matrix.get("sizing") or ""),
+        columns=tuple(PluginColumn(plugin, weight, labels[plugin]) for plugin, weight in weights),
     )
 
 

@@ -1,6 +1,6 @@
 """`/api/v1/` routes for the inventory, under the `nodes-api` namespace."""
 from django.urls import path
-from rest_framework.routers import DefaultRouter
+from rest_framework.routers import SimpleRouter
 
 from nodes.api import series, telemetry, views
 
@@ -8,7 +8,8 @@ app_name = "nodes-api"
 
 # No `.json` suffix routes: they would make `node-1.example.com` ambiguous (name "node-1.example",
 # format "com"). `?format=json` still works.
-router = DefaultRouter()
+# SimpleRouter: no API root of its own; gpuplane/api_root.py lists every app's endpoints.
+router = SimpleRouter()
 router.include_format_suffixes = False
 router.register("nodes", views.NodeViewSet)
 router.register("gpus", views.GPUViewSet)

@@ -1,12 +1,12 @@
 """`/api/v1/` routes of the scheduler, under the `scheduler-api` namespace."""
-from rest_framework.routers import DefaultRouter
+from rest_framework.routers import SimpleRouter
 
 from scheduler.api import views
 
 app_name = "scheduler-api"
 
-router = DefaultRouter()
+# SimpleRouter: no API root of its own; gpuplane/api_root.py lists every app's endpoints.
+router = SimpleRouter()
 router.include_format_suffixes = False
 router.register("deployments", views.DeploymentViewSet, basename="deployment")
-# The router's API root view would clash with the inventory's at /api/v1/.
-urlpatterns = [url for url in router.urls if url.name != "api-root"]
+urlpatterns = router.urls

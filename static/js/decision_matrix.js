@@ -4,7 +4,8 @@
    Every [data-decision-chart="ID"] element gets horizontal stacked bars: one bar per node, one
    segment per score plugin, segment length = the plugin's weighted points, so a bar's length is
    the node's total. The data is the stored decision matrix (core ScheduleResult.to_dict()) that the page
-   embedded with json_script under the element's ID. The chosen node comes first, then the other
+   embedded with json_script under the element's ID; the plugins' titles and raw units in words
+   (scheduler/plugin_labels.py) are under ID + "-labels". The chosen node comes first, then the other
    feasible nodes by rank, at most data-top of them; the table under the chart has every row. */
 (function () {
   "use strict";
@@ -46,6 +47,10 @@
     const source = document.getElementById(element.dataset.decisionChart);
     if (!source || !window.Plotly) return;
     const matrix = JSON.parse(source.textContent);
+    const labelSource = document.getElementById(`${element.dataset.decisionChart}-labels`);
+    const pluginLabels = labelSource ? JSON.parse(labelSource.textContent) : {};
+    const title = (plugin) => (pluginLabels[plugin] && pluginLabels[plugin].title) || plugin;
+    const unit = (plugin) => (pluginLabels[plugin] && pluginLabels[plugin].unit ? ` ${pluginLabels[plugin].unit}` : "");
     const top = Number(element.dataset.top) || 10;
     const { rows, chosen } = topRows(matrix, top);
     if (!rows.length) {
@@ -59,14 +64,14 @@
       return {
         type: "bar",
         orientation: "h",
-        name: plugin in (matrix.weights || {}) ? `${plugin} × ${Number(matrix.weights[plugin]).toFixed(2)}` : plugin,
+        name: plugin in (matrix.weights || {}) ? `${escapeHtml(title(plugin))} × ${Number(matrix.weights[plugin]).toFixed(2)}` : escapeHtml(title(plugin)),
         y: rows.map((row) => row.node),
         x: cells.map((cell) => (cell ? cell.weighted : 0)),
         customdata: cells.map((cell) => (cell ? [cell.raw, cell.normalized, cell.weight] : [null, null, null])),
         marker: { color: PALETTE[i % PALETTE.length], line: { color: "#ffffff", width: 1 } },
         hovertemplate:
-          `<b>%{y}</b><br>${escapeHtml(plugin)}: %{x:.1f} points<br>` +
-          "raw %{customdata[0]} · normalized %{customdata[1]}/100 × %{customdata[2]}<extra></extra>",
+          `<b>%{y}</b><br>${escapeHtml(title(plugin))}: %{x:.1f} points<br>` +
+          `raw %{customdata[0]}${escapeHtml(unit(plugin))} · normalized %{customdata[1]}/100 × %{customdata[2]}<extra></extra>`,
       };
     });
     const annotations = rows.map((row) => ({

@@ -48,15 +48,20 @@ def test_it_keeps_the_password_file_private(db, var_dir):
     assert mode == 0o600
 
 
-def test_it_prints_the_same_login_again_without_creating_another_admin(db, var_dir):
+def test_later_runs_say_where_the_password_is_without_printing_it(db, var_dir):
     first = ensure_admin()
     password = saved_password(var_dir)
 
-    second = ensure_admin()
+    second = ensure_admin("--url", "http://127.0.0.1:8123/accounts/login/")
 
     assert User.objects.filter(is_superuser=True).count() == 1
-    assert f"password: {password}" in second
     assert "Created" in first and "Created" not in second
+    assert password in first
+    assert password not in second
+    assert "http://127.0.0.1:8123/accounts/login/" in second
+    assert "username: admin" in second
+    assert str(var_dir / "admin-password.txt") in second
+    assert "changepassword admin" in second
 
 
 def test_each_installation_gets_its_own_password(db, var_dir, tmp_path, settings):

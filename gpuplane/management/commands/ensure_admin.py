@@ -1,9 +1,11 @@
 """`manage.py ensure_admin`: make sure a new user can log in, and tell them how.
 
 `make run` calls this on every start. The first time (no superuser in the database) it creates
-one with a random password and saves the login to var/admin-password.txt (mode 0600), so later
-runs can print it again. A superuser made any other way (`createsuperuser`, with or without
-DJANGO_SUPERUSER_* variables) is respected: nothing is created, and its name is shown.
+one with a random password, prints it, and saves the login to var/admin-password.txt (mode
+0600). Later runs print the user name and where the password is saved, never the password: a
+terminal's scrollback or a CI log should not collect it on every start. A superuser made any
+other way (`createsuperuser`, with or without DJANGO_SUPERUSER_* variables) is respected:
+nothing is created, and its name is shown.
 It also makes sure the role groups (viewer, operator, admin) exist, so the admin can hand
 them out in the Django admin right away.
 """
@@ -74,12 +76,22 @@ def write_saved_login(path: Path, login: SavedLogin) -> None:
 
 
 def format_login(url: str, login: SavedLogin, path: Path) -> str:
-    """The few lines a person needs to log in."""
+    """The few lines a person needs to log in, password included: only for a new account."""
     return (
         f"Log in at {url}\n"
         f"    username: {login.username}\n"
         f"    password: {login.password}\n"
         f"(saved in {path}; change it with `python manage.py changepassword {login.username}`)"
+    )
+
+
+def format_saved_login(url: str, login: SavedLogin, path: Path) -> str:
+    """Where to find the login of an account made earlier, without the password itself."""
+    return (
+        f"Log in at {url}\n"
+        f"    username: {login.username}\n"
+        f"    password: saved in {path} (readable by you only: `cat {path}`)\n"
+        f"(forgot it or lost the file? `python manage.py changepassword {login.username}`)"
     )
 
 
@@ -111,7 +123,7 @@ class Command(BaseCommand):
         if superusers:
             login = valid_saved_login(path)
             if login is not None:
-                self.stdout.write(format_login(url, login, path))
+                self.stdout.write(format_saved_login(url, login, path))
             else:
                 # Made with createsuperuser, or the password was changed: we do not know it.
                 names = ", ".join(sorted(superusers))

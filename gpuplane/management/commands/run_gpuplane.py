@@ -1,6 +1,8 @@
 """`manage.py run_gpuplane`: web + Celery worker + Celery beat as one foreground program.
 
-This is what `make run` execs. It is a small process supervisor (think `honcho start` with a
+This is what `make run` execs, after `run_gpuplane --check-port` (which only checks that the web
+server's address is free, gpuplane/ports.py) has run before the migrations and the admin login
+are printed. It is a small process supervisor (think `honcho start` with a
 Procfile written in Python, see `process_specs`):
 
 - each process runs in its own session, so a Ctrl-C in the terminal reaches only the
@@ -18,13 +20,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import errno
 import os
 import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -38,7 +38,8 @@ from typing import IO, Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from gpuplane.management.commands.ensure_admin import admin_password_path, format_login, valid_saved_login
+from gpuplane.management.commands.ensure_admin import admin_password_path, format_saved_login, valid_saved_login
+from gpuplane.ports import accepts_connections, bind_address, port_problem, public_url
 from gpuplane.redaction import mask_url_credentials
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -52,17 +53,6 @@ class ProcessSpec:
     name: str
     argv: tuple[str, ...]
     ready_pattern: str | None = None
-
-
-def bind_address(host: str, port: int) -> str:
-    """`host:port` as gunicorn wants it; IPv6 literals go in brackets."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def public_url(host: str, port: int, path: str = "/") -> str:
-    """The URL a person should open; a wildcard bind address is shown as loopback."""
-    shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(host, f"[{host}]" if ":" in host else host)
-    return f"http://{shown}:{port}{path}"
 
 
 def process_specs(host: str, port: int, *, embedded_broker: bool, beat_schedule: str) -> list[ProcessSpec]:
@@ -117,29 +107,6 @@ def _die_with_parent(parent_pid: int) -> Callable[[], None]:
             os._exit(1)
 
     return preexec
-
-
-def _port_in_use(host: str, port: int) -> bool:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # Same option gunicorn sets, so a socket in TIME_WAIT from the last run does not count.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return True
-            raise
-    return False
-
-
-def _accepts_connections(host: str, port: int) -> bool:
-    connect_host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    try:
-        with socket.create_connection((connect_host, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 class _Child:
@@ -356,13 +323,18 @@ class Command(BaseCommand):
             default=10.0,
             help="seconds to wait for a graceful stop before killing (default 10)",
         )
+        parser.add_argument(
+            "--check-port",
+            action="store_true",
+            help="only check that the web server could listen on --host/--port (exit status 1 with the reason if not)",
+        )
 
-    def handle(self, *args: Any, host: str, port: int, stop_timeout: float, **options: Any) -> None:
-        if _port_in_use(host, port):
-            raise CommandError(
-                f"{bind_address(host, port)} is already in use (is gpuplane already running?); "
-                f"pick another port, e.g. `make run PORT={port + 1}`"
-            )
+    def handle(self, *args: Any, host: str, port: int, stop_timeout: float, check_port: bool, **options: Any) -> None:
+        problem = port_problem(host, port)
+        if problem is not None:
+            raise CommandError(problem)
+        if check_port:
+            return
         _prepare_metrics_dir()
         specs = process_specs(
             host,
@@ -374,7 +346,7 @@ class Command(BaseCommand):
             specs,
             sys.stdout,
             stop_timeout_s=stop_timeout,
-            ready_check=lambda: _accepts_connections(host, port),
+            ready_check=lambda: accepts_connections(host, port),
             on_ready=lambda: self._announce(supervisor, host, port),
         )
         status = supervisor.run()
@@ -386,7 +358,8 @@ class Command(BaseCommand):
         lines = [f"ready: {public_url(host, port)}  (Ctrl-C stops web, worker and beat)"]
         login = valid_saved_login(admin_password_path())
         if login is not None:
-            lines += format_login(login_url, login, admin_password_path()).splitlines()
+            # The password itself is printed only once, when ensure_admin creates the account.
+            lines += format_saved_login(login_url, login, admin_password_path()).splitlines()
         else:
             lines.append(f"Log in at {login_url}")
         supervisor.say("\n".join(lines))

@@ -15,6 +15,16 @@ from tests.scheduler.pages.html_tables import row_texts, table_rows
 
 pytestmark = pytest.mark.django_db
 
+# The balanced profile's plugins as the page names them, and the unit of each raw value, for a
+# low-priority request (PriorityPower then measures the GPU's power draw in W).
+BALANCED_IN_WORDS = {
+    "PowerEfficiency": ("Power efficiency", "TFLOPS per kW"),
+    "WorkloadAffinity": ("Workload affinity", "% match"),
+    "LeastUtilized": ("Least utilized", "% idle"),
+    "PriorityPower": ("Priority: power", "W"),
+    "PartitionCompat": ("Partition fit", "% of the unit"),
+}
+
 # ---- the deployment page ---------------------------------------------------------------------------
 
 
@@ -41,7 +51,10 @@ def test_the_page_shows_the_placement_and_the_decision_matrix(viewer_client, dem
     weights = sorted(matrix["weights"].items(), key=lambda item: (-item[1], item[0]))
     plugins = [plugin for plugin, _ in weights]
     assert plugins[0] == "PowerEfficiency" and plugins[-1] == "PartitionCompat"
-    assert header == "Rank Node Verdict " + " ".join(f"{p} × {w:.2f}" for p, w in weights) + " Total"
+    assert set(plugins) == set(BALANCED_IN_WORDS)
+    assert header == (
+        "Rank Node Verdict " + " ".join(f"{BALANCED_IN_WORDS[p][0]} × {w:.2f}" for p, w in weights) + " Total"
+    )
     # One table row per stored matrix row, in the stored order.
     assert [attrs["data-node"] for attrs, _ in body_rows] == [row["node"] for row in matrix["rows"]]
     chosen = [(attrs, text) for attrs, text in body_rows if attrs["data-verdict"] == "chosen"]
@@ -50,9 +63,10 @@ def test_the_page_shows_the_placement_and_the_decision_matrix(viewer_client, dem
     assert attrs["data-node"] == placement.node.name == matrix["node"]
     assert "matrix__row--chosen" in attrs["class"]
     stored = next(row for row in matrix["rows"] if row["node"] == matrix["node"])
-    # Rank, node, facts, verdict, then each plugin's weighted and raw score, then the total.
+    # Rank, node, facts, verdict, then each plugin's weighted score, raw value in its unit and
+    # normalized score, then the total.
     cells = " ".join(
-        f"{s['weighted']:.1f} raw {s['raw']} · {s['normalized']}"
+        f"{s['weighted']:.1f} {s['raw']} {BALANCED_IN_WORDS[s['plugin']][1]} · {s['normalized']}/100"
         for s in sorted(stored["scores"], key=lambda s: plugins.index(s["plugin"]))
     )
     assert text == (
@@ -67,11 +81,13 @@ def test_the_page_shows_the_placement_and_the_decision_matrix(viewer_client, dem
     # The profile and its weights.
     assert f"<code>{matrix['profile']}</code>" in body
     for plugin, weight in matrix["weights"].items():
-        assert f'<span class="weights__plugin">{plugin}</span> × {weight:.2f}' in body
+        assert f'<span class="weights__plugin">{BALANCED_IN_WORDS[plugin][0]}</span> × {weight:.2f}' in body
     # The chart's data: the stored matrix, embedded for static/js/decision_matrix.js.
     script = re.search(rf'<script id="decision-matrix-0-{decision.pk}" type="application/json">(.*?)</script>', body, re.S)
     assert json.loads(script.group(1)) == matrix
     assert f'data-decision-chart="decision-matrix-0-{decision.pk}"' in body
+    labels = re.search(rf'<script id="decision-matrix-0-{decision.pk}-labels" type="application/json">(.*?)</script>', body, re.S)
+    assert json.loads(labels.group(1)) == {p: {"title": t, "unit": u} for p, (t, u) in BALANCED_IN_WORDS.items()}
     assert "js/decision_matrix.js" in body and "vendor/plotly/plotly.min.js" in body
 
 

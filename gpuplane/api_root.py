@@ -1,0 +1,48 @@
+"""`GET /api/v1/`: every endpoint of the API, so a client (or a person) can find them all.
+
+A flat map of name to absolute URL. Routes that take a parameter are listed as URL templates
+with the parameter in braces (`.../nodes/{name}/`), as in the OpenAPI schema. The list is
+written out here rather than taken from a router, because the endpoints live in three apps and
+outside the routers (token, schema, docs, metrics); tests/gpuplane/test_api_root.py fails when
+a route is registered and not listed.
+"""
+from __future__ import annotations
+
+from django.urls import reverse
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+# (name in the answer, URL name to reverse, suffix appended to it: a parameter template or "")
+ENDPOINTS: tuple[tuple[str, str, str], ...] = (
+    ("nodes", "nodes-api:node-list", ""),
+    ("node", "nodes-api:node-list", "{name}/"),
+    ("node-series", "nodes-api:node-list", "{name}/series/"),
+    ("gpus", "nodes-api:gpu-list", ""),
+    ("gpu", "nodes-api:gpu-list", "{uuid}/"),
+    ("gpu-series", "nodes-api:gpu-list", "{uuid}/series/"),
+    ("partitions", "nodes-api:partition-list", ""),
+    ("partition", "nodes-api:partition-list", "{pk}/"),
+    ("heatmap", "nodes-api:heatmap", ""),
+    ("telemetry", "nodes-api:telemetry", ""),
+    ("deployments", "scheduler-api:deployment-list", ""),
+    ("deployment", "scheduler-api:deployment-list", "{pk}/"),
+    ("deployment-decision", "scheduler-api:deployment-list", "{pk}/decision/"),
+    ("audit-events", "lifecycle-api:auditevent-list", ""),
+    ("audit-event", "lifecycle-api:auditevent-list", "{pk}/"),
+    ("auth-token", "api-token", ""),
+    ("schema", "schema", ""),
+    ("docs", "api-docs", ""),
+    ("metrics", "metrics", ""),
+)
+
+
+class APIRootView(APIView):
+    """The endpoint map; readable by every role (the default permission), like the lists it names."""
+
+    schema = None  # not an operation of the API, as DRF's own root view
+
+    def get(self, request: Request) -> Response:
+        return Response(
+            {name: request.build_absolute_uri(reverse(url_name)) + suffix for name, url_name, suffix in ENDPOINTS}
+        )
