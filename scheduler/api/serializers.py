@@ -14,22 +14,12 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
+from gpuplane.strict_input import StrictFloatField, StrictIntegerField, StrictSerializer, StrictStringField
 from nodes.vocabulary import MIB_PER_GB
 from scheduler import services
 from scheduler.choices import DecisionOutcome
 from scheduler.core import Priority, SharingRequest, WorkloadType
 from scheduler.models import Decision, Deployment, Placement
-
-
-class StrictStringField(serializers.CharField):
-    """A CharField that refuses numbers and booleans instead of turning them into text."""
-
-    default_error_messages = {"invalid": "Enter a string."}
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
 
 
 class LabelsField(serializers.DictField):
@@ -39,25 +29,7 @@ class LabelsField(serializers.DictField):
     default_error_messages = {"not_a_dict": "Enter an object of label names to string values."}
 
 
-class StrictIntegerField(serializers.IntegerField):
-    """An IntegerField that refuses booleans, fractions and numeric strings like "2.0"."""
-
-    def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or (isinstance(data, float) and not data.is_integer()):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictFloatField(serializers.FloatField):
-    """A FloatField that refuses booleans (JSON true is not 1 GB)."""
-
-    def to_internal_value(self, data: Any) -> float:
-        if isinstance(data, bool):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class DeploymentCreateSerializer(serializers.Serializer):
+class DeploymentCreateSerializer(StrictSerializer):
     """The body of `POST /api/v1/deployments/`."""
 
     name = StrictStringField(max_length=63, help_text="DNS-1123 label; names the Kubernetes workloads")

@@ -14,7 +14,11 @@ from tests.architecture.graph import project_graph
 
 APPS = ("nodes", "scheduler", "lifecycle")
 GPUPLANE_TOP_LAYER = ("gpuplane.views", "gpuplane.urls", "gpuplane.api")
-GPUPLANE_BASE = ("gpuplane.env", "gpuplane.roles", "gpuplane.observability", "gpuplane.celery", "gpuplane.web")
+GPUPLANE_BASE = (
+    "gpuplane.env", "gpuplane.roles", "gpuplane.observability", "gpuplane.celery", "gpuplane.web",
+    # What every API view shares: strict input parsing, and the API token authentication class.
+    "gpuplane.strict_input", "gpuplane.tokens",
+)
 
 
 def _within(name: str, prefixes: tuple[str, ...]) -> bool:
