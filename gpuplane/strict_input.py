@@ -10,7 +10,8 @@ asked, and the caller never learns. So:
   `true` (`StrictIntegerField`);
 - a query parameter that is not one of the view's filters or DRF's own (paging, ordering,
   search, format) is a 400 naming it: `StrictQueryParametersFilter`, the first default filter
-  backend, covers every viewset; `StrictQueryParametersMixin` every other API view.
+  backend, covers what viewsets filter (list, retrieve, destroy); `StrictQueryParametersMixin`
+  every other API view and viewsets that create.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.filters import BaseFilterBackend, OrderingFilter, SearchFilter
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
+from rest_framework.utils import html
 from rest_framework.views import APIView
 
 # Keys a browser or DRF's browsable API adds to form posts; they are transport, not input.
@@ -84,13 +86,22 @@ class RejectUnknownFieldsMixin:
             fields = self.fields  # type: ignore[attr-defined]
             writable = sorted(name for name, field in fields.items() if not field.read_only)
             for key in data:
-                if key in TRANSPORT_FIELDS or (key in fields and not fields[key].read_only):
+                if key in TRANSPORT_FIELDS or _names_writable_field(key, data, fields):
                     continue
                 why = "is read-only" if key in fields else "is not a field of this request"
                 errors[str(key)] = [f"Unknown field: {key!s} {why}; accepted fields: {', '.join(writable)}."]
         if errors:
             raise serializers.ValidationError(errors)
         return value
+
+
+def _names_writable_field(key: Any, data: Mapping[str, Any], fields: Mapping[str, Any]) -> bool:
+    """Whether a body key sets a writable field: its name, or in a form post DRF's nested notation
+    for it (`labels.team`, `items[0]`)."""
+    name = str(key)
+    if html.is_html_input(data):
+        name = re.split(r"[.\[]", name, maxsplit=1)[0]
+    return name in fields and not fields[name].read_only
 
 
 class StrictSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
@@ -160,7 +171,8 @@ class StrictQueryParametersFilter(BaseFilterBackend):
 
 
 class StrictQueryParametersMixin:
-    """For an APIView that is not a generic list: only `query_parameters` (and `format`) are accepted.
+    """For a view or viewset action that no filter backend sees (a plain APIView, `create`):
+    only `query_parameters`, DRF's own parameters and the view's filters are accepted.
 
     Checked after authentication and permissions, so an anonymous caller still gets its 401.
     """
@@ -169,4 +181,7 @@ class StrictQueryParametersMixin:
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
-        refuse_unknown_query_parameters(request, {*self.query_parameters, *drf_query_parameters(self)})
+        allowed = {*self.query_parameters, *drf_query_parameters(self)}
+        if hasattr(self, "get_queryset"):
+            allowed |= filterset_parameters(request, self.get_queryset(), self)
+        refuse_unknown_query_parameters(request, allowed)
