@@ -1,6 +1,6 @@
 """Rate limits on guessing passwords: the sign-in pages and the API token endpoint.
 
-Counted per client address (django-ratelimit's "ip" key: REMOTE_ADDR, IPv6 by /64) in fixed
+Counted per client address (`client_address`; django-ratelimit masks IPv6 to /64) in fixed
 windows, in the shared "ratelimit" cache (settings: Redis when REDIS_URL is set), so the limit
 holds across web workers. Only POSTs count: a password guess is a POST. Over the limit the
 answer is 429 with Retry-After, the seconds until the window ends.
@@ -11,6 +11,7 @@ answer is 429 with Retry-After, the seconds until the window ends.
 """
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -23,6 +24,28 @@ from rest_framework.throttling import BaseThrottle
 
 SIGN_IN_GROUP = "gpuplane.sign-in"
 TOKEN_GROUP = "gpuplane.api-token"
+
+
+def client_address(request: HttpRequest) -> str:
+    """The address a request came from, for counting (settings.RATELIMIT_IP_META_KEY points here).
+
+    REMOTE_ADDR, unless GPUPLANE_CLIENT_IP_HEADER names a header the reverse proxy sets (e.g.
+    X-Forwarded-For): then its last address, the one that proxy added (earlier ones are the
+    client's to invent). A missing or malformed value counts under REMOTE_ADDR, and a request
+    with no address at all (a Unix socket) under "unknown", rather than failing the sign-in.
+    """
+    header = settings.GPUPLANE_CLIENT_IP_HEADER
+    candidates = []
+    if header:
+        forwarded = request.META.get("HTTP_" + header.upper().replace("-", "_"), "")
+        candidates.append(forwarded.split(",")[-1].strip())
+    candidates.append(request.META.get("REMOTE_ADDR", ""))
+    for candidate in candidates:
+        try:
+            return str(ipaddress.ip_address(candidate))
+        except ValueError:
+            continue
+    return "0.0.0.0"  # "unknown": one shared budget for requests without an address
 
 
 def count_post(request: HttpRequest, group: str, rate: str) -> int | None:

@@ -184,6 +184,10 @@ else:
     CACHES["ratelimit"] = {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
                            "LOCATION": str(VAR_DIR / "ratelimit-cache")}
 RATELIMIT_USE_CACHE = "ratelimit"
+RATELIMIT_IP_META_KEY = "gpuplane.ratelimits.client_address"
+# Behind a reverse proxy every request comes from the proxy: name the header it sets with the
+# client's address (e.g. X-Forwarded-For; its last entry is used). Empty: REMOTE_ADDR.
+GPUPLANE_CLIENT_IP_HEADER = env_str("GPUPLANE_CLIENT_IP_HEADER", "")
 # django-ratelimit names only memcached and django-redis as supported (W001); Django's own
 # RedisCache increments with Redis INCRBY (atomic). E003 flags the file cache (see above).
 SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"] + ([] if REDIS_URL else ["django_ratelimit.E003"])

@@ -87,9 +87,10 @@ def test_the_token_endpoint_refuses_unknown_fields_and_non_string_credentials(vi
 def legacy_table(viewer):
     """The authtoken_token table as DRF left it, holding one plain-text key of the viewer."""
     created = timezone.now() - timedelta(days=90)
+    timestamp = "datetime" if connection.vendor == "sqlite" else "timestamp with time zone"
     with connection.cursor() as cursor:
         cursor.execute(
-            'CREATE TABLE authtoken_token ("key" varchar(40) NOT NULL PRIMARY KEY, created datetime NOT NULL, '
+            f'CREATE TABLE authtoken_token ("key" varchar(40) NOT NULL PRIMARY KEY, created {timestamp} NOT NULL, '
             "user_id integer NOT NULL UNIQUE)"
         )
         cursor.execute("INSERT INTO authtoken_token VALUES (%s, %s, %s)", [LEGACY_KEY, created, viewer.pk])

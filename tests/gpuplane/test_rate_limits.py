@@ -7,10 +7,11 @@ import json
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.test import Client
+from django.test import Client, RequestFactory
 from rest_framework.test import APIClient
 
 from gpuplane.env import env_rate
+from gpuplane.ratelimits import client_address
 from tests.conftest import PASSWORD
 from tests.gpuplane.test_settings_env import django_setup
 
@@ -126,3 +127,39 @@ def test_env_rate_refuses_anything_else(monkeypatch, value):
 
     with pytest.raises(ImproperlyConfigured, match="GPUPLANE_LOGIN_RATE"):
         env_rate("GPUPLANE_LOGIN_RATE", "10/m")
+
+
+# ---- which address is counted ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "meta", "expected"),
+    [
+        ("", {"REMOTE_ADDR": "10.0.0.1", "HTTP_X_FORWARDED_FOR": "1.2.3.4"}, "10.0.0.1"),  # header not trusted
+        ("X-Forwarded-For", {"REMOTE_ADDR": "10.0.0.1", "HTTP_X_FORWARDED_FOR": "6.6.6.6, 1.2.3.4"}, "1.2.3.4"),
+        ("X-Forwarded-For", {"REMOTE_ADDR": "10.0.0.1"}, "10.0.0.1"),  # header missing
+        ("X-Forwarded-For", {"REMOTE_ADDR": "10.0.0.1", "HTTP_X_FORWARDED_FOR": "not-an-ip"}, "10.0.0.1"),
+        ("X-Real-IP", {"REMOTE_ADDR": "", "HTTP_X_REAL_IP": "2001:db8::1"}, "2001:db8::1"),
+        ("", {"REMOTE_ADDR": ""}, "0.0.0.0"),  # a Unix socket: one shared budget, not a 500
+    ],
+)
+def test_the_client_address_is_remote_addr_or_the_proxy_header_named(settings, header, meta, expected):
+    settings.GPUPLANE_CLIENT_IP_HEADER = header
+
+    assert client_address(RequestFactory().post("/accounts/login/", **meta)) == expected
+
+
+def test_behind_a_proxy_clients_are_counted_apart(viewer, three_a_minute, settings):
+    settings.GPUPLANE_CLIENT_IP_HEADER = "X-Forwarded-For"
+    via_proxy = {"REMOTE_ADDR": "10.0.0.1"}
+    for _ in range(3):
+        Client(**via_proxy, HTTP_X_FORWARDED_FOR="1.1.1.1").post("/accounts/login/", WRONG)
+
+    assert Client(**via_proxy, HTTP_X_FORWARDED_FOR="1.1.1.1").post("/accounts/login/", WRONG).status_code == 429
+    assert Client(**via_proxy, HTTP_X_FORWARDED_FOR="2.2.2.2").post("/accounts/login/", WRONG).status_code == 200
+
+
+def test_a_request_without_an_address_is_limited_not_an_error(viewer, three_a_minute):
+    answers = [Client(REMOTE_ADDR="").post("/accounts/login/", WRONG).status_code for _ in range(4)]
+
+    assert answers == [200, 200, 200, 429]
