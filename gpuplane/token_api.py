@@ -23,6 +23,8 @@ from gpuplane.strict_input import StrictQueryParametersMixin, StrictSerializer, 
 
 
 class TokenRequestSerializer(StrictSerializer):
+    """The credentials of the user the token will act for."""
+
     username = StrictStringField(max_length=150, write_only=True)
     password = StrictStringField(max_length=4096, trim_whitespace=False, write_only=True, style={"input_type": "password"})
 
@@ -34,6 +36,8 @@ class TokenRequestSerializer(StrictSerializer):
 
 
 class IssuedTokenSerializer(serializers.Serializer):
+    """A new token and when it expires."""
+
     token = serializers.CharField(help_text="Send as `Authorization: Token <token>`. Shown only this once.")
     expiry = serializers.DateTimeField(help_text="When the token stops working.")
 

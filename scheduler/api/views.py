@@ -45,7 +45,7 @@ class DeploymentAPIFilterSet(django_filters.FilterSet):
         fields = ["status", "namespace"]
 
 
-class DeploymentViewSet(StrictQueryParametersMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, GenericViewSet):
+class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, StrictQueryParametersMixin, GenericViewSet):
     serializer_class = DeploymentSerializer
     filterset_class = DeploymentAPIFilterSet
     write_role = OPERATOR
