@@ -1,14 +1,15 @@
 """API glue shared by every app: the exception handler, pagination and ordering.
 
 Authentication (settings.REST_FRAMEWORK): a token (`Authorization: Token <key>`, obtained with
-`POST /api/v1/auth/token/` and a username and password) or the Django session. The session is
+`POST /api/v1/auth/token/` and a username and password; stored as a digest, gpuplane/tokens.py) or the Django session. The session is
 the one made by logging in at `/admin/login/`, which only admits staff users (`is_staff`); a
 non-staff user uses a token. Either way the user's role (gpuplane.roles) decides what is
 allowed; being staff grants no role.
 
 Every query-string value is validated: a value the API cannot use is answered with HTTP 400 and
 a message under the parameter's name (`{"limit": ["..."]}`), never a 500 and never silently
-ignored.
+ignored; so is a parameter the endpoint does not read, and a body field it does not take
+(gpuplane/strict_input.py).
 """
 from __future__ import annotations
 

@@ -6,11 +6,14 @@ deployment manifest stops the process at start instead of silently using a defau
 from __future__ import annotations
 
 import os
+import re
 
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+# django-ratelimit's rate syntax: a count per period, e.g. 10/m, 100/h, 5/10m.
+_RATE = re.compile(r"[0-9]+/[0-9]*[smhd]")
 
 
 def env_str(name: str, default: str) -> str:
@@ -66,3 +69,11 @@ def env_header_pair(name: str) -> tuple[str, str] | None:
     if not sep or not header or not value or not all(ch.isalnum() or ch == "-" for ch in header):
         raise ImproperlyConfigured(f"{name}={raw!r} is not `Header-Name: value` (e.g. `X-Forwarded-Proto: https`)")
     return "HTTP_" + header.upper().replace("-", "_"), value
+
+
+def env_rate(name: str, default: str) -> str:
+    """A request rate such as "10/m" (count per s, m, h or d; "5/10m" is 5 per 10 minutes)."""
+    value = os.environ.get(name, default).strip()
+    if not _RATE.fullmatch(value) or int(value.split("/")[0]) < 1:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a rate: write a count per period, e.g. 10/m, 100/h, 5/10m")
+    return value

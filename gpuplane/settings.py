@@ -6,6 +6,7 @@ REDIS_URL and GPUPLANE_CLUSTER=kubernetes.
 """
 from __future__ import annotations
 
+from datetime import timedelta
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from gpuplane.env import env_bool, env_choice, env_header_pair, env_int, env_list, env_str
+from gpuplane.env import env_bool, env_choice, env_header_pair, env_int, env_list, env_rate, env_str
 from gpuplane.private_files import persistent_secret_key, secure_var_dir
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -41,7 +42,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",  # API tokens stored as digests, with an expiry (gpuplane/tokens.py)
+    "django_ratelimit",
     "django_filters",
     "drf_spectacular",
     "gpuplane",
@@ -130,7 +132,7 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 REST_FRAMEWORK = {
     # Token first so that an anonymous request gets 401 with WWW-Authenticate, not 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "gpuplane.tokens.APITokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
         # `Authorization: Bearer <agent key>`: recognised everywhere so that an agent key is refused
         # with 403 (it holds no role) instead of being ignored; only telemetry accepts it.
@@ -138,6 +140,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["gpuplane.roles.RolePermission"],
     "DEFAULT_FILTER_BACKENDS": [
+        # An unknown query parameter is a 400 naming it, not silently ignored (gpuplane/strict_input.py).
+        "gpuplane.strict_input.StrictQueryParametersFilter",
         "django_filters.rest_framework.DjangoFilterBackend",
         # DRF's OrderingFilter, but an unknown field is a 400 instead of being ignored.
         "gpuplane.api.StrictOrderingFilter",
@@ -186,6 +190,36 @@ if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / "cache")}}
+
+# --- Sign-in and API tokens: rate limits and token lifetime (gpuplane/ratelimits.py, gpuplane/tokens.py) ---
+# Counters live in a cache every web worker shares: Redis when REDIS_URL is set, else files
+# under var/ (one machine; the file cache's increments are not atomic, so a burst of
+# concurrent guesses may slip a few past the limit: use Redis in production).
+if REDIS_URL:
+    CACHES["ratelimit"] = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                           "KEY_PREFIX": "gpuplane-ratelimit"}
+else:
+    CACHES["ratelimit"] = {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+                           "LOCATION": str(VAR_DIR / "ratelimit-cache")}
+RATELIMIT_USE_CACHE = "ratelimit"
+RATELIMIT_IP_META_KEY = "gpuplane.ratelimits.client_address"
+# Behind a reverse proxy every request comes from the proxy: name the header it sets with the
+# client's address (e.g. X-Forwarded-For; its last entry is used). Empty: REMOTE_ADDR.
+GPUPLANE_CLIENT_IP_HEADER = env_str("GPUPLANE_CLIENT_IP_HEADER", "")
+# django-ratelimit names only memcached and django-redis as supported (W001); Django's own
+# RedisCache increments with Redis INCRBY (atomic). E003 flags the file cache (see above).
+SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"] + ([] if REDIS_URL else ["django_ratelimit.E003"])
+# Sign-in attempts (POSTs to /accounts/login/ and /admin/login/ together) and token requests
+# (POST /api/v1/auth/token/), per client address; over the limit: 429 with Retry-After.
+GPUPLANE_LOGIN_RATE = env_rate("GPUPLANE_LOGIN_RATE", "10/m")
+GPUPLANE_TOKEN_RATE = env_rate("GPUPLANE_TOKEN_RATE", "10/m")
+# API tokens expire this many hours after they are issued; ask for a new one with the password.
+GPUPLANE_API_TOKEN_TTL_H = env_int("GPUPLANE_API_TOKEN_TTL_H", 720, minimum=1)
+REST_KNOX = {
+    "TOKEN_TTL": timedelta(hours=GPUPLANE_API_TOKEN_TTL_H),
+    "AUTH_HEADER_PREFIX": "Token",
+    "AUTO_REFRESH": False,
+}
 
 # --- Celery -------------------------------------------------------------------------------
 CELERY_BROKER_DIR = VAR_DIR / "celery-broker"

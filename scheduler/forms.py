@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from scheduler import services
 from scheduler.choices import DeploymentStatus
 from scheduler.core import Priority, SharingRequest, WorkloadType
+from scheduler.label_lines import parse_labels
 from scheduler.models import Deployment
 
 # What each sharing request really gets (DESIGN.md sections 3 and 4), shown next to its radio
@@ -54,36 +55,6 @@ FIELD_ALIASES: dict[str, str] = {"memory_mib": "memory_gb"}
 # Stand-ins for required values the form could not read, so that validate_spec can still check
 # the rest of the request in the same round; its messages about these fields are dropped.
 _PLACEHOLDERS: dict[str, Any] = {"name": "placeholder", "model": "placeholder", "memory_gb": 1.0}
-
-
-def parse_labels(text: str) -> dict[str, str]:
-    """Read one `key=value` label a line into a dict; blank lines are skipped.
-
-    Raises ValidationError naming the line for a line without "=", an empty key or a key given
-    twice. Whether a key or value is a valid Kubernetes label is the services' rule, not this
-    parser's.
-    """
-    labels: dict[str, str] = {}
-    errors: list[ValidationError] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key:
-            errors.append(ValidationError(
-                "Line %(line)s: write one label a line as key=value.", code="syntax", params={"line": number}
-            ))
-        elif key in labels:
-            errors.append(ValidationError(
-                "Line %(line)s: label %(key)s is given twice.", code="duplicate", params={"line": number, "key": key}
-            ))
-        else:
-            labels[key] = value
-    if errors:
-        raise ValidationError(errors)
-    return labels
 
 
 class DeployForm(forms.Form):

@@ -63,3 +63,12 @@ def isolated_cluster_state(tmp_path, settings):
     settings.GPUPLANE_SIMULATED_STATE = str(tmp_path / "simulated-cluster.json")
     settings.GPUPLANE_CLUSTER = "simulated"
     return settings.GPUPLANE_SIMULATED_STATE
+
+
+@pytest.fixture(autouse=True)
+def isolated_rate_limits(settings, request):
+    """Every test starts with fresh sign-in and token-request counters (gpuplane/ratelimits.py)."""
+    settings.CACHES = {
+        **settings.CACHES,
+        "ratelimit": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": f"ratelimit-{request.node.nodeid}"},
+    }

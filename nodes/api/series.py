@@ -25,6 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from gpuplane.strict_input import StrictQueryParametersMixin
 from nodes.models import GPU, Node
 from nodes.summaries import cluster_heatmap
 from nodes.telemetry.series import gpu_series, node_series
@@ -152,8 +153,10 @@ RANGE_PARAMETER = OpenApiParameter(
 BAD_RANGE = OpenApiResponse(description="Unknown range; the message lists the choices.")
 
 
-class GPUSeriesView(APIView):
+class GPUSeriesView(StrictQueryParametersMixin, APIView):
     """Time series of one GPU over the chosen range."""
+
+    query_parameters = ("range",)
 
     @extend_schema(
         operation_id="gpus_series_retrieve",
@@ -173,8 +176,10 @@ class GPUSeriesView(APIView):
         })
 
 
-class NodeSeriesView(APIView):
+class NodeSeriesView(StrictQueryParametersMixin, APIView):
     """Time series of every GPU of one node over the chosen range."""
+
+    query_parameters = ("range",)
 
     @extend_schema(
         operation_id="nodes_series_retrieve",
@@ -197,7 +202,7 @@ class NodeSeriesView(APIView):
         })
 
 
-class HeatmapView(APIView):
+class HeatmapView(StrictQueryParametersMixin, APIView):
     """Latest utilization and memory of every GPU, by node: the overview heatmap's refresh."""
 
     @extend_schema(operation_id="heatmap_retrieve", responses={200: HeatmapSerializer})

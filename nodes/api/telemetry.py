@@ -34,7 +34,7 @@ from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers, status
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -42,6 +42,8 @@ from rest_framework.views import APIView
 
 from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import OPERATOR, has_role
+from gpuplane.strict_input import RejectUnknownFieldsMixin, StrictQueryParametersMixin
+from gpuplane.tokens import APITokenAuthentication
 from nodes.authentication import NodeAgentTokenAuthentication
 from nodes.models import Node, NodeAgentToken
 from nodes.telemetry.ingest import IngestResult, ingest_samples
@@ -63,10 +65,10 @@ class StrictFloatField(serializers.FloatField):
 
 
 class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer (12.0 is accepted as 12); no strings, booleans or fractions."""
+    """A JSON integer; no strings, booleans or fractions (12.0 too: a whole count sent as a float is a bug)."""
 
     def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, int | float):
+        if isinstance(data, bool) or not isinstance(data, int):
             raise serializers.ValidationError(f"A whole number is required, not {type(data).__name__}.")
         return super().to_internal_value(data)
 
@@ -88,26 +90,7 @@ def _metric(field_class: type[serializers.Field], name: str, help_text: str) -> 
     )
 
 
-class RejectUnknownKeysMixin:
-    """A key the serializer does not know is an error (a misspelt metric must not vanish silently)."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        errors: dict[str, Any] = {}
-        value: Any = None
-        try:
-            value = super().to_internal_value(data)  # type: ignore[misc]
-        except serializers.ValidationError as exc:
-            errors = dict(exc.detail) if isinstance(exc.detail, Mapping) else {"non_field_errors": exc.detail}
-        if isinstance(data, Mapping):
-            for key in data:
-                if key not in self.fields:  # type: ignore[attr-defined]
-                    errors[str(key)] = ["Unknown field."]
-        if errors:
-            raise serializers.ValidationError(errors)
-        return value
-
-
-class TelemetrySampleSerializer(RejectUnknownKeysMixin, serializers.Serializer):
+class TelemetrySampleSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
     """One sample; the bounds are those of nodes.telemetry.samples.METRIC_RANGES."""
 
     gpu_uuid = serializers.CharField(max_length=96, help_text="The GPU's UUID, as NVML reports it.")
@@ -137,7 +120,7 @@ class SampleListField(serializers.ListField):
         return super().to_internal_value(data)
 
 
-class TelemetryBatchSerializer(RejectUnknownKeysMixin, serializers.Serializer):
+class TelemetryBatchSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
     """A batch of samples of one node's GPUs.
 
     Pass `context={"agent_node": node}` for a request made with an agent token: `node` must then
@@ -195,10 +178,10 @@ class CanPostTelemetry(BasePermission):
         return bool(request.user and request.user.is_authenticated and has_role(request.user, OPERATOR))
 
 
-class TelemetryView(APIView):
+class TelemetryView(StrictQueryParametersMixin, APIView):
     """Receive a batch of GPU samples of one node."""
 
-    authentication_classes = [NodeAgentTokenAuthentication, TokenAuthentication, SessionAuthentication]
+    authentication_classes = [NodeAgentTokenAuthentication, APITokenAuthentication, SessionAuthentication]
     permission_classes = [CanPostTelemetry]
     parser_classes = [LimitedJSONParser]  # JSON only, with the size and nesting limits of every endpoint
     # Read by nodes.authentication.NodeAgentTokenScheme: list agent tokens for this operation.

@@ -13,51 +13,47 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.reverse import reverse
+from rest_framework.utils import html
 
+from gpuplane.strict_input import StrictFloatField, StrictIntegerField, StrictSerializer, StrictStringField
 from nodes.vocabulary import MIB_PER_GB
 from scheduler import services
 from scheduler.choices import DecisionOutcome
 from scheduler.core import Priority, SharingRequest, WorkloadType
+from scheduler.label_lines import parse_labels
 from scheduler.models import Decision, Deployment, Placement
 
 
-class StrictStringField(serializers.CharField):
-    """A CharField that refuses numbers and booleans instead of turning them into text."""
-
-    default_error_messages = {"invalid": "Enter a string."}
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
+class _LabelLines(str):
+    """The `labels` value of a form-encoded post: text, one `key=value` a line."""
 
 
 class LabelsField(serializers.DictField):
-    """Kubernetes labels: an object of string keys to string values."""
+    """Kubernetes labels: a JSON object of string keys to string values.
+
+    A form-encoded post (`-d labels=...`) gives them as the deploy form does, one `key=value` a
+    line; DRF's own form notation (`labels.team=search`) works too. DRF alone would read neither
+    `labels=` text as labels nor say so: the labels were dropped.
+    """
 
     child = StrictStringField(allow_blank=True, max_length=63)
     default_error_messages = {"not_a_dict": "Enter an object of label names to string values."}
 
+    def get_value(self, dictionary: Any) -> Any:
+        if html.is_html_input(dictionary) and self.field_name in dictionary:
+            return _LabelLines(dictionary[self.field_name])
+        return super().get_value(dictionary)
 
-class StrictIntegerField(serializers.IntegerField):
-    """An IntegerField that refuses booleans, fractions and numeric strings like "2.0"."""
-
-    def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or (isinstance(data, float) and not data.is_integer()):
-            self.fail("invalid")
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, _LabelLines):
+            try:
+                data = parse_labels(data)
+            except ValidationError as error:
+                raise serializers.ValidationError(error.messages) from None
         return super().to_internal_value(data)
 
 
-class StrictFloatField(serializers.FloatField):
-    """A FloatField that refuses booleans (JSON true is not 1 GB)."""
-
-    def to_internal_value(self, data: Any) -> float:
-        if isinstance(data, bool):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class DeploymentCreateSerializer(serializers.Serializer):
+class DeploymentCreateSerializer(StrictSerializer):
     """The body of `POST /api/v1/deployments/`."""
 
     name = StrictStringField(max_length=63, help_text="DNS-1123 label; names the Kubernetes workloads")

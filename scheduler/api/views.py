@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
 from gpuplane.roles import OPERATOR
+from gpuplane.strict_input import StrictQueryParametersMixin
 from nodes.cluster.base import ClusterError
 from scheduler import services
 from scheduler.api.serializers import (
@@ -44,7 +45,7 @@ class DeploymentAPIFilterSet(django_filters.FilterSet):
         fields = ["status", "namespace"]
 
 
-class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, GenericViewSet):
+class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, StrictQueryParametersMixin, GenericViewSet):
     serializer_class = DeploymentSerializer
     filterset_class = DeploymentAPIFilterSet
     write_role = OPERATOR

@@ -16,6 +16,8 @@ APPS = ("nodes", "scheduler", "lifecycle")
 GPUPLANE_TOP_LAYER = ("gpuplane.views", "gpuplane.urls", "gpuplane.api")
 GPUPLANE_BASE = (
     "gpuplane.env", "gpuplane.roles", "gpuplane.observability", "gpuplane.celery", "gpuplane.web", "gpuplane.parsers",
+    # What every API view shares: strict input parsing, and the API token authentication class.
+    "gpuplane.strict_input", "gpuplane.tokens",
 )
 
 

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from gpuplane.roles import RolePermission, role_of
@@ -160,7 +160,7 @@ def test_an_agent_holds_no_role(n1):
 
 def test_user_tokens_keep_working_beside_agent_tokens(n1, agent_key, viewer):
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=viewer).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {AuthToken.objects.create(user=viewer)[1]}")
 
     assert client.get("/api/v1/nodes/").status_code == 200
     assert client.post(TELEMETRY, one_sample(), format="json").status_code == 403  # a viewer may not post

@@ -228,8 +228,12 @@ def test_it_answers_400_with_the_field_for_bad_values(viewer_api, fleet, query, 
     assert messages and all(isinstance(message, str) for message in messages)
 
 
-def test_it_ignores_unknown_parameters(viewer_api, fleet):
-    assert len(names(viewer_api.get("/api/v1/nodes/?colour=blue"))) == 4
+def test_it_refuses_unknown_parameters_naming_them(viewer_api, fleet):
+    response = viewer_api.get("/api/v1/nodes/?colour=blue&ready=true")
+
+    assert response.status_code == 400
+    assert list(response.json()) == ["colour"]
+    assert "Unknown query parameter" in response.json()["colour"][0]
 
 
 def test_it_lists_nodes_in_a_constant_number_of_queries(viewer_api, db, django_assert_max_num_queries):

@@ -12,7 +12,7 @@ import yaml
 from django.core.management import call_command
 from django.utils import timezone
 from drf_spectacular.drainage import reset_generator_stats
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from nodes.authentication import issue_agent_token
@@ -112,11 +112,20 @@ def test_it_accepts_samples_with_metrics_missing_or_null(operator_api, n1):
     ]
 
 
-def test_it_accepts_whole_numbers_for_float_fields_and_integral_floats_for_integers(operator_api, n1):
-    response = post(operator_api, batch(sample(utilization_pct=50, memory_used_mib=1024.0)))
+def test_it_accepts_whole_numbers_for_float_fields(operator_api, n1):
+    response = post(operator_api, batch(sample(utilization_pct=50, memory_used_mib=1024)))
 
     assert response.status_code == 201
-    assert GPUSample.objects.get().memory_used_mib == 1024
+    assert GPUSample.objects.get().utilization_pct == 50.0
+
+
+def test_it_refuses_integral_floats_for_integers(operator_api, n1):
+    # Strict integers everywhere (gpuplane/strict_input.py): 1024.0 where a count belongs is a client bug.
+    response = post(operator_api, batch(sample(memory_used_mib=1024.0)))
+
+    assert response.status_code == 400
+    assert "whole number" in str(response.json()["samples"]["0"]["memory_used_mib"])
+    assert not GPUSample.objects.exists()
 
 
 def test_it_reads_offsets_and_stores_utc(operator_api, n1):
@@ -157,7 +166,7 @@ def test_it_lets_an_admin_post(api, n1, admin_user):
 
 
 def test_it_takes_a_users_api_token_beside_agent_tokens(api, n1, operator):
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=operator).key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {AuthToken.objects.create(user=operator)[1]}")
 
     assert post(api, batch()).status_code == 201
 
@@ -218,7 +227,7 @@ BAD_BATCHES: list[tuple[str, Callable[[], Any], tuple[str, ...], str]] = [
     ("utilization as text", lambda: with_sample(utilization_pct="high"), ("samples", "1", "utilization_pct"), "number is required, not str"),
     ("number in a string", lambda: with_sample(utilization_pct="50"), ("samples", "1", "utilization_pct"), "not str"),
     ("boolean memory", lambda: with_sample(memory_used_mib=True), ("samples", "1", "memory_used_mib"), "not bool"),
-    ("fractional memory", lambda: with_sample(memory_used_mib=1.5), ("samples", "1", "memory_used_mib"), "valid integer"),
+    ("fractional memory", lambda: with_sample(memory_used_mib=1.5), ("samples", "1", "memory_used_mib"), "whole number"),
     ("memory as a list", lambda: with_sample(memory_total_mib=[1]), ("samples", "1", "memory_total_mib"), "not list"),
     ("utilization over 100", lambda: with_sample(utilization_pct=100.1), ("samples", "1", "utilization_pct"), "less than or equal to 100"),
     ("negative utilization", lambda: with_sample(utilization_pct=-1), ("samples", "1", "utilization_pct"), "greater than or equal to 0"),
