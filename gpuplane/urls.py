@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from gpuplane.api_root import APIRootView
 from gpuplane.observability import MetricsView
 from gpuplane.ratelimits import limit_sign_in
 from gpuplane.token_api import ObtainTokenView
@@ -24,6 +25,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/auth/token/", ObtainTokenView.as_view(), name="api-token"),
+    path("api/v1/", APIRootView.as_view(), name="api-root"),
     path("api/v1/", include("nodes.api.urls")),
     path("api/v1/", include("scheduler.api.urls")),
     path("api/v1/", include("lifecycle.api.urls")),
