@@ -133,7 +133,7 @@ REST_FRAMEWORK = {
     # DRF's LimitOffsetPagination, limit capped at 500, bad limit/offset a 400.
     "DEFAULT_PAGINATION_CLASS": "gpuplane.api.CappedLimitOffsetPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "gpuplane.schema.GpuplaneAutoSchema",
     "EXCEPTION_HANDLER": "gpuplane.api.exception_handler",
 }
 
