@@ -37,17 +37,14 @@ class GpuplaneAutoSchema(AutoSchema):
                 self._insert_filter_bounds(parameter)
         responses = operation.setdefault("responses", {})
         if "requestBody" in operation or any(p["in"] == "query" for p in parameters):
-            responses.setdefault("400", {
-                "description": "Invalid query parameters or body",
-                "content": {"application/json": {"schema": ERROR_BODY}},
-            })
+            # setdefault twice: a view's own description (extend_schema) is kept, its body filled in.
+            responses.setdefault("400", {"description": "Invalid query parameters or body"}).setdefault(
+                "content", {"application/json": {"schema": ERROR_BODY}}
+            )
         if any(p["in"] == "path" for p in parameters):
-            responses.setdefault("404", {
-                "description": "No such object",
-                "content": {
-                    "application/json": {"schema": ERROR_BODY},
-                    "text/html": {"schema": {"type": "string"}},
-                },
+            responses.setdefault("404", {"description": "No such object"}).setdefault("content", {
+                "application/json": {"schema": ERROR_BODY},
+                "text/html": {"schema": {"type": "string"}},
             })
         return operation
 
