@@ -17,13 +17,14 @@ from django.contrib.auth.models import Group, User
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis.errors import Unsatisfiable
-from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from gpuplane.roles import ADMIN
 from gpuplane.wsgi import application
 from scheduler.services import label_errors
+from tests.conftest import PASSWORD
 
 # Enough to reach each parameter's edges (0, negatives, empty strings) on every operation while
 # the whole run stays around a minute.
@@ -32,9 +33,12 @@ MAX_EXAMPLES = 25
 
 @pytest.fixture
 def admin_headers(db) -> dict[str, str]:
-    user = User.objects.create_user("schemathesis-admin", password="unused-password")
+    """An admin's token, obtained the way a client obtains one (however tokens are stored)."""
+    user = User.objects.create_user("schemathesis-admin", password=PASSWORD)
     user.groups.add(Group.objects.get_or_create(name=ADMIN)[0])
-    return {"Authorization": f"Token {Token.objects.create(user=user).key}"}
+    response = APIClient().post("/api/v1/auth/token/", {"username": user.username, "password": PASSWORD}, format="json")
+    assert response.status_code == 200, response.content
+    return {"Authorization": f"Token {response.json()['token']}"}
 
 
 # "Schema-valid data is accepted" cannot hold where validity depends on the database, not the shape.
