@@ -48,6 +48,8 @@ def redis_keys(url: str) -> dict[int, dict[bytes, int]]:
             found[db] = {key: _size(client, key) for key in client.scan_iter(count=1000)}
         except redis.ResponseError:  # a server configured with fewer databases
             break
+        except redis.ConnectionError:  # no server: nothing can leak into it (its tests fail on their own)
+            return {}
         finally:
             client.close()
     return found
