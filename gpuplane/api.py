@@ -33,6 +33,7 @@ from gpuplane.parsers import too_large_error
 MAX_PAGE_LIMIT = 500
 # 18 digits always fit a signed 64-bit integer; longer numbers are refused before int() sees them.
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
+MAX_WHOLE_NUMBER = 10**18 - 1
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -51,7 +52,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 def _whole_number(request: Request, param: str, minimum: int, message: str) -> int | None:
     """The query parameter as an int >= minimum, None when absent; ValidationError otherwise."""
     raw = request.query_params.get(param)
-    if raw is None or raw == "":
+    if raw is None:
         return None
     if not _WHOLE_NUMBER.fullmatch(raw) or int(raw) < minimum:
         raise exceptions.ValidationError({param: [message]})
@@ -75,6 +76,15 @@ class CappedLimitOffsetPagination(LimitOffsetPagination):
             return self.default_limit
         return min(limit, self.max_limit)
 
+    def get_schema_operation_parameters(self, view: APIView) -> list[dict[str, Any]]:
+        """DRF's parameters with the bounds this class enforces, so the schema allows only what is accepted."""
+        parameters = super().get_schema_operation_parameters(view)
+        minimum = {self.limit_query_param: 1, self.offset_query_param: 0}
+        for parameter in parameters:
+            if parameter["name"] in minimum:
+                parameter["schema"].update(minimum=minimum[parameter["name"]], maximum=MAX_WHOLE_NUMBER)
+        return parameters
+
     def get_offset(self, request: Request) -> int:
         # A huge offset is harmless: DRF returns [] without querying when offset > count.
         offset = _whole_number(request, self.offset_query_param, 0, "Enter a whole number of 0 or more.")
@@ -90,9 +100,11 @@ class StrictOrderingFilter(OrderingFilter):
 
     def get_ordering(self, request: Request, queryset: QuerySet[Any], view: APIView) -> Sequence[str] | None:
         params = request.query_params.get(self.ordering_param)
-        if params:
-            terms = [term.strip() for term in params.split(",") if term.strip()]
+        if params is not None:
+            terms = [term.strip() for term in params.split(",")]
             valid = {name for name, _label in self.get_valid_fields(queryset, view, {"request": request})}
+            if "" in terms:  # `?ordering=` or `a,,b`: the schema allows no empty term, nor does the API
+                raise exceptions.ValidationError({self.ordering_param: ["Name a field to sort by; an empty one is not allowed."]})
             unknown = [term for term in terms if term.lstrip("-") not in valid]
             if unknown:
                 raise exceptions.ValidationError(
@@ -114,4 +126,11 @@ class StrictOrderingFilter(OrderingFilter):
             parameter["description"] = (
                 "Comma-separated fields to sort by, `-` first for descending. One of: " + ", ".join(fields) + "."
             )
+            # A comma-separated list of the whitelisted terms, so the schema allows only what is accepted.
+            parameter["schema"] = {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "enum": [term for name in fields for term in (name, f"-{name}")]},
+            }
+            parameter.update(style="form", explode=False)
         return parameters

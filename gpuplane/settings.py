@@ -155,7 +155,7 @@ REST_FRAMEWORK = {
         "gpuplane.parsers.LimitedFormParser",
         "gpuplane.parsers.LimitedMultiPartParser",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "gpuplane.schema.GpuplaneAutoSchema",
     "EXCEPTION_HANDLER": "gpuplane.api.exception_handler",
 }
 

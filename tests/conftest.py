@@ -1,13 +1,48 @@
-"""Shared fixtures: one user per role (healthchecks-style), API clients, an isolated cluster state."""
+"""Shared fixtures: one user per role (healthchecks-style), API clients, an isolated cluster state.
+
+Also the session's leak check (tests/leaks.py): the run fails if it left a message in a broker,
+or a key in a Redis database, that it did not create (tests/settings.py keeps its own).
+"""
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group, User
 from rest_framework.test import APIClient
 
 from gpuplane.roles import ADMIN, OPERATOR, VIEWER
+from tests import leaks
 
 PASSWORD = "correct-horse-battery"
+BASE_DIR = Path(__file__).resolve().parents[1]
+SNAPSHOT_KEY = pytest.StashKey[leaks.Snapshot]()
+
+
+def _developer_var_dirs() -> list[Path]:
+    from tests.settings import DEVELOPER_VAR_DIR
+
+    return [BASE_DIR / "var", *([Path(DEVELOPER_VAR_DIR)] if DEVELOPER_VAR_DIR else [])]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[SNAPSHOT_KEY] = leaks.snapshot(os.environ.get("REDIS_URL", ""), _developer_var_dirs())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(SNAPSHOT_KEY, None)
+    if before is None:
+        return
+    found = leaks.leaks(before, leaks.snapshot(os.environ.get("REDIS_URL", ""), _developer_var_dirs()))
+    if found:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = ["the suite left messages in brokers it did not create:", *found]
+        if reporter is not None:
+            reporter.write_sep("=", "broker leak check failed", red=True)
+            for line in lines:
+                reporter.write_line(line)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _user(username: str, role: str | None) -> User:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -28,6 +29,12 @@ class _LabelLines(str):
     """The `labels` value of a form-encoded post: text, one `key=value` a line."""
 
 
+@extend_schema_field({
+    "type": "object",
+    "additionalProperties": {"type": "string", "maxLength": 63, "pattern": services.LABEL_VALUE_PATTERN},
+    "description": "Kubernetes labels: keys are label keys (an optional DNS-subdomain prefix and '/', then a "
+                   "name of at most 63 characters); gpuplane.io/ keys are gpuplane's own.",
+})
 class LabelsField(serializers.DictField):
     """Kubernetes labels: a JSON object of string keys to string values.
 
@@ -53,18 +60,37 @@ class LabelsField(serializers.DictField):
         return super().to_internal_value(data)
 
 
+# What services.validate_spec accepts, in the schema (validation itself stays there, in one place).
+@extend_schema_field({"type": "string", "pattern": services.DNS_LABEL_PATTERN, "maxLength": 63})
+class DnsLabelField(StrictStringField):
+    pass
+
+
+@extend_schema_field({"type": "string", "pattern": services.TEXT_PATTERN, "minLength": 1, "maxLength": 200})
+class ModelNameField(StrictStringField):
+    pass
+
+
+@extend_schema_field({"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": services.MAX_MEMORY_GB})
+class MemoryGBField(StrictFloatField):
+    pass
+
+
 class DeploymentCreateSerializer(StrictSerializer):
     """The body of `POST /api/v1/deployments/`."""
 
-    name = StrictStringField(max_length=63, help_text="DNS-1123 label; names the Kubernetes workloads")
-    model = StrictStringField(max_length=200, help_text="Model name, e.g. llama-3-8b")
-    memory_gb = StrictFloatField(help_text="GPU memory one replica needs, in GB (1 GB = 1024 MiB)")
-    gpu_count = StrictIntegerField(default=1, help_text="GPUs per replica (tensor-parallel size), on one node")
-    replicas = StrictIntegerField(default=1)
+    name = DnsLabelField(max_length=63, help_text="DNS-1123 label; names the Kubernetes workloads")
+    model = ModelNameField(max_length=200, help_text="Model name, e.g. llama-3-8b")
+    memory_gb = MemoryGBField(help_text="GPU memory one replica needs, in GB (1 GB = 1024 MiB)")
+    gpu_count = StrictIntegerField(default=1, min_value=1, max_value=services.MAX_GPU_COUNT,
+                                   help_text="GPUs per replica (tensor-parallel size), on one node; "
+                                             "more than 1 needs `sharing` auto or exclusive")
+    replicas = StrictIntegerField(default=1, min_value=1, max_value=settings.DEPLOYMENT_MAX_REPLICAS)
     workload_type = serializers.ChoiceField(choices=WorkloadType.choices(), default=WorkloadType.INFERENCE)
     priority = serializers.ChoiceField(choices=Priority.choices(), default=Priority.MEDIUM)
-    latency_slo_ms = StrictIntegerField(required=False, allow_null=True, default=None)
-    namespace = StrictStringField(max_length=63, default="default")
+    latency_slo_ms = StrictIntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                        max_value=services.MAX_LATENCY_SLO_MS)
+    namespace = DnsLabelField(max_length=63, default="default")
     labels = LabelsField(required=False, default=dict)
     sharing = serializers.ChoiceField(choices=SharingRequest.choices(), default=SharingRequest.AUTO)
     share_percent = StrictIntegerField(

@@ -17,7 +17,17 @@ from scheduler.services.deploy import delete_deployment, deploy
 from scheduler.services.errors import DeployFailed, NoCapacity
 from scheduler.services.placing import next_replica_index, place_replicas, release_replica
 from scheduler.services.reading import deployment_events, placement_summary
-from scheduler.services.spec import MAX_GPU_COUNT, DeploySpec, label_errors, validate_spec
+from scheduler.services.spec import (
+    DNS_LABEL_PATTERN,
+    LABEL_VALUE_PATTERN,
+    MAX_GPU_COUNT,
+    MAX_LATENCY_SLO_MS,
+    MAX_MEMORY_GB,
+    TEXT_PATTERN,
+    DeploySpec,
+    label_errors,
+    validate_spec,
+)
 from scheduler.services.watching import (
     SWEEP_BATCH,
     WATCH_ERROR,
@@ -30,7 +40,12 @@ from scheduler.services.watching import (
 )
 
 __all__ = [
+    "DNS_LABEL_PATTERN",
+    "LABEL_VALUE_PATTERN",
     "MAX_GPU_COUNT",
+    "MAX_LATENCY_SLO_MS",
+    "MAX_MEMORY_GB",
+    "TEXT_PATTERN",
     "SWEEP_BATCH",
     "WATCH_ERROR",
     "WATCH_FAILED",

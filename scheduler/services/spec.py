@@ -24,6 +24,15 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+# The same rules as regular expressions, for the API schema: a DNS-1123 label, and a text that
+# has no control character and is not blank (one character that str.strip() keeps).
+DNS_LABEL_PATTERN = _DNS_LABEL.pattern
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"  # empty, or a label name
+TEXT_PATTERN = (
+    r"^[^\x00-\x1f\x7f]*"
+    r"[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+    r"[^\x00-\x1f\x7f]*$"
+)
 
 
 @dataclass(frozen=True)

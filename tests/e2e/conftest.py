@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,11 +31,20 @@ CHROMIUM_ARGS = [
 ]
 
 
+def require_chromium(executable: Path, environ: Mapping[str, str]) -> None:
+    """Skip the browser tests where Chromium is absent, except in CI (CI=true), where that fails the run."""
+    if executable.exists():
+        return
+    if environ.get("CI", "").lower() in ("true", "1", "yes"):
+        pytest.fail(f"CI=true but {executable} is missing: the browser tests cannot run (.ci/run installs chromium)",
+                    pytrace=False)
+    pytest.skip("Debian chromium not installed (apt-get install chromium); .ci/run installs it")
+
+
 @pytest.fixture(scope="session")
 def chromium() -> Iterator[Browser]:
-    """One headless Chromium for the session; tests skip where Debian's Chromium is absent."""
-    if not CHROMIUM.exists():
-        pytest.skip("Debian chromium not installed (apt-get install chromium); .ci/run installs it")
+    """One headless Chromium for the session; tests skip where Debian's Chromium is absent (fail in CI)."""
+    require_chromium(CHROMIUM, os.environ)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

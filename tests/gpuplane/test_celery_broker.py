@@ -79,34 +79,17 @@ def test_the_embedded_broker_carries_a_task_from_one_process_to_a_worker_in_anot
 @pytest.mark.redis
 @pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="REDIS_URL is not set: no Redis broker to test against")
 def test_a_worker_on_redis_runs_the_ping_task_and_returns_its_result():
-    from celery import Celery
     from celery.contrib.testing.worker import start_worker
 
-    import gpuplane.tasks  # noqa: F401  (registers ping_task as a shared task on every app)
-    from gpuplane.celery import app as project_app
+    from tests.redis_scratch import redis_celery_app
 
-    redis_url = os.environ["REDIS_URL"]
     # A private app, configured like the project's but with a result backend, so the global
-    # app (no results, by design) is left untouched for the rest of the suite.
-    app = Celery("gpuplane-redis-smoke")
-    app.config_from_object("django.conf:settings", namespace="CELERY")
-    app.conf.update(
-        broker_url=redis_url,
-        result_backend=redis_url,
-        task_always_eager=False,
-        worker_hijack_root_logger=False,  # leave Django's logging alone for the other tests
-    )
-    # A queue of our own: a worker of a running `make run` on the same Redis must not steal it.
+    # app (no results, by design) is left untouched; every key it writes carries a prefix of its
+    # own and is deleted afterwards, so a worker of a running `make run` on the same Redis
+    # neither steals the message nor finds leftovers.
     queue = f"gpuplane-smoke-{uuid.uuid4().hex}"
-
-    try:
+    with redis_celery_app("gpuplane-redis-smoke", results=True) as app:
         with start_worker(app, pool="solo", perform_ping_check=False, queues=[queue], shutdown_timeout=30):
             result = app.tasks["gpuplane.tasks.ping_task"].apply_async(queue=queue)
             assert result.get(timeout=30) == "pong"
         assert result.state == "SUCCESS"
-        with app.connection() as connection:
-            connection.default_channel.queue_delete(queue)
-    finally:
-        # start_worker made the private app the current one; shared tasks resolve through it.
-        project_app.set_current()
-        project_app.set_default()

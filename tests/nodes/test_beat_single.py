@@ -1,11 +1,15 @@
-"""Two Celery beats side by side give one telemetry poll per interval, not two (on Redis).
+"""Two worker processes given the same telemetry poll store it once: the slot claim holds across processes.
 
-Real processes: two `celery -A gpuplane beat` and one worker, against the Redis of REDIS_URL (its
-database 5, a queue and cache key prefix of this run's own, so parallel runs and a running
-`make run` are not disturbed), with the poll interval shortened to 2 s, sharing a temporary
-SQLite database that has two GPUs. Each beat keeps its schedule file in its own var dir, as two
-beat pods would. After ~10 s the worker's log says how many polls each beat sent and which of
-them took effect (stored samples) and which were skipped because their slot was already polled.
+Two beats (or a re-delivered message) send the poll of one interval slot more than once; the task
+claims the slot in the shared cache (`lifecycle.locks.claim_slot`) so only the first run stores
+samples. A lock held per process would pass a test with one worker, so here two separate
+`celery -A gpuplane worker` processes each get their own queue and the test sends the same poll
+to both, several times, at once. Nothing depends on timing: the poll interval is a day, so every
+message falls in the same slot (or, across midnight UTC, the next one), and the test counts what
+each message did (task results) and what the shared SQLite database holds.
+
+Redis (REDIS_URL) carries the messages, the results and the slot claim; every key carries a
+prefix of this run's own and is deleted at the end (tests/redis_scratch.py).
 """
 from __future__ import annotations
 
@@ -16,30 +20,32 @@ import sqlite3
 import subprocess
 import sys
 import time
-import uuid
+from collections import Counter
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
+from celery import Celery
+
+from tests.redis_scratch import delete_prefixed_keys, scratch_prefix
 
 BASE_DIR = Path(__file__).resolve().parents[2]
-INTERVAL_S = 2
-RUN_S = 10
-REDIS_DB = 5
+INTERVAL_S = 86_400  # one slot for the whole test, whatever the load on the machine
+SENDS_PER_WORKER = 3
+WORKERS = ("worker-a", "worker-b")
 
 pytestmark = [
     pytest.mark.redis,
-    pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="REDIS_URL is not set: no Redis to run beats against"),
+    pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="REDIS_URL is not set: the slot claim needs a shared Redis"),
 ]
 
 SETTINGS_MODULE = '''
 from gpuplane.settings import *  # noqa: F401,F403
 
-# This run's own queue and cache keys: another run on the same Redis must not steal them.
-CELERY_TASK_DEFAULT_QUEUE = "gpuplane-beat-test-{run_id}"
-CACHES["default"]["KEY_PREFIX"] = "gpuplane-beat-test-{run_id}"
-# Only the poll: inventory sync and rollup have nothing to do here.
-CELERY_BEAT_SCHEDULE = {{"poll-metrics": CELERY_BEAT_SCHEDULE["poll-metrics"]}}
+# Every key this run writes (messages, results, the slot claim) under its own prefix.
+CELERY_BROKER_TRANSPORT_OPTIONS = {{**CELERY_BROKER_TRANSPORT_OPTIONS, "global_keyprefix": "{prefix}"}}
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {{"global_keyprefix": "{prefix}"}}
+CACHES["default"]["KEY_PREFIX"] = "{prefix}"
 '''
 
 SETUP_DATABASE = '''
@@ -54,14 +60,11 @@ for index in range(2):
 '''
 
 
-def redis_url_for_db(url: str, db: int) -> str:
-    return urlsplit(url)._replace(path=f"/{db}").geturl()
-
-
-def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+def start_worker_process(queue: str, env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "gpuplane", *args],
+            [sys.executable, "-m", "celery", "-A", "gpuplane", "worker", "-l", "info", "-P", "solo",
+             "-Q", queue, "-n", f"{queue}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=BASE_DIR, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
 
@@ -85,9 +88,10 @@ def wait_for(log: Path, pattern: str, timeout_s: float) -> None:
     raise AssertionError(f"{log.name} never logged {pattern!r}:\n{log.read_text()}")
 
 
-def test_two_beats_give_one_poll_per_interval(tmp_path):
-    run_id = uuid.uuid4().hex[:12]
-    (tmp_path / "beat_test_settings.py").write_text(SETTINGS_MODULE.format(run_id=run_id))
+def test_two_worker_processes_store_one_poll_per_slot(tmp_path):
+    redis_url = os.environ["REDIS_URL"]
+    prefix = scratch_prefix()
+    (tmp_path / "beat_test_settings.py").write_text(SETTINGS_MODULE.format(prefix=prefix))
     database = tmp_path / "db.sqlite3"
     base_env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_TASK_ALWAYS_EAGER")}
     base_env.update(
@@ -95,7 +99,7 @@ def test_two_beats_give_one_poll_per_interval(tmp_path):
         PYTHONPATH=os.pathsep.join([str(tmp_path), str(BASE_DIR)]),
         PYTHONUNBUFFERED="1",
         DATABASE_URL=f"sqlite:///{database}",
-        REDIS_URL=redis_url_for_db(os.environ["REDIS_URL"], REDIS_DB),
+        REDIS_URL=redis_url,
         GPUPLANE_TELEMETRY_POLL_INTERVAL_S=str(INTERVAL_S),
         GPUPLANE_TELEMETRY_SOURCE="simulated",
     )
@@ -108,53 +112,42 @@ def test_two_beats_give_one_poll_per_interval(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert setup.returncode == 0, setup.stderr
 
-    worker_log, beat_logs = tmp_path / "worker.log", [tmp_path / "beat-a.log", tmp_path / "beat-b.log"]
+    sender = Celery("beat-test-sender")
+    sender.conf.update(
+        broker_url=redis_url, broker_transport_options={"global_keyprefix": prefix},
+        result_backend=redis_url, result_backend_transport_options={"global_keyprefix": prefix},
+    )
+    queues = {name: f"{prefix}{name}" for name in WORKERS}
+    logs = {name: tmp_path / f"{name}.log" for name in WORKERS}
     processes: list[subprocess.Popen] = []
+    outcomes: dict[str, list[dict]] = {}
     try:
-        processes.append(start(["worker", "-l", "info", "-P", "solo", "--without-gossip", "--without-mingle",
-                                "--without-heartbeat"], env_for("worker"), worker_log))
-        wait_for(worker_log, r"ready\.", timeout_s=60)
-        for name, log in zip(("beat-a", "beat-b"), beat_logs, strict=True):
-            processes.append(start(["beat", "-l", "info"], env_for(name), log))
-        for log in beat_logs:
-            wait_for(log, r"beat: Starting", timeout_s=60)
-        started = time.monotonic()
-        time.sleep(RUN_S)
-        for beat in processes[1:]:
-            stop(beat)
-        elapsed_s = time.monotonic() - started
-        time.sleep(1.5)  # let the worker finish what the beats sent last
+        for name in WORKERS:
+            processes.append(start_worker_process(queues[name], env_for(name), logs[name]))
+        for name in WORKERS:
+            wait_for(logs[name], r"ready\.", timeout_s=90)
+        # Sent before any result is read: both workers race for the slot.
+        sent = {name: [sender.send_task("nodes.tasks.poll_metrics_task", queue=queues[name])
+                       for _ in range(SENDS_PER_WORKER)] for name in WORKERS}
+        outcomes = {name: [result.get(timeout=90) for result in results] for name, results in sent.items()}
     finally:
-        for process in reversed(processes):
+        for process in processes:
             stop(process)
-        _clean_redis(base_env["REDIS_URL"], run_id)
+        sender.close()
+        delete_prefixed_keys(redis_url, prefix)
 
-    worker = worker_log.read_text()
-    sent = [len(re.findall(r"Sending due task poll-metrics", log.read_text())) for log in beat_logs]
-    effective_slots = [int(slot) for slot in re.findall(r"poll_metrics_task\[[^]]+\] succeeded in [^:]+: \{'source'.*'slot': (\d+)\}", worker)]
-    skipped = len(re.findall(r"poll_metrics_task\[[^]]+\] succeeded in [^:]+: \{'skipped': True, 'reason': 'slot already polled'", worker))
-    report = f"sent per beat {sent}, effective slots {effective_slots}, skipped {skipped}, elapsed {elapsed_s:.1f} s\n{worker}"
+    report = f"{outcomes}\n" + "\n".join(f"--- {name}\n{log.read_text()}" for name, log in logs.items())
+    stored = [outcome["slot"] for results in outcomes.values() for outcome in results if "stored" in outcome]
+    skipped = [outcome for results in outcomes.values() for outcome in results if outcome.get("skipped")]
+    slots = {outcome["slot"] for results in outcomes.values() for outcome in results}
 
-    # Both beats really sent the poll, about once per interval each.
-    expected = elapsed_s / INTERVAL_S
-    assert all(count >= expected - 2 for count in sent), report
-    # One effective poll per interval slot, never two ...
-    assert len(effective_slots) == len(set(effective_slots)), report
-    assert abs(len(effective_slots) - expected) <= 1.5, report
-    # ... and the other beat's message in each slot was received and skipped, not lost or doubled.
-    assert skipped >= sum(sent) - len(effective_slots) - 2, report
-
+    # Every message ran, in the worker of its queue: two processes tried the same slot.
+    assert all(len(results) == SENDS_PER_WORKER for results in outcomes.values()), report
+    # One effective poll per slot, whichever process won; every other message was skipped.
+    assert sorted(Counter(stored).values()) == [1] * len(slots), report
+    assert len(skipped) == 2 * SENDS_PER_WORKER - len(slots), report
+    assert all(outcome["reason"] == "slot already polled" for outcome in skipped), report
     # The database agrees: one set of samples per effective poll, two GPUs each.
     with sqlite3.connect(database) as connection:
         distinct_ts, rows = connection.execute("SELECT COUNT(DISTINCT ts), COUNT(*) FROM nodes_gpusample").fetchone()
-    assert distinct_ts == len(effective_slots), report
-    assert rows == 2 * len(effective_slots), report
-
-
-def _clean_redis(url: str, run_id: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=f"*{run_id}*"))
-    if keys:
-        client.delete(*keys)
+    assert (distinct_ts, rows) == (len(slots), 2 * len(slots)), report

@@ -15,6 +15,7 @@ from nodes.cluster.base import ClusterError
 from nodes.cluster.sim import SimulatedCluster
 from nodes.models import GPU, Node
 from nodes.tasks import SYNC_LOCK_KEY, sync_inventory_task
+from tests.redis_scratch import redis_celery_app
 
 
 @pytest.fixture(autouse=True)
@@ -83,14 +84,16 @@ def test_it_is_registered_under_the_name_beat_uses_with_time_limits():
 @pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs a Redis broker: set REDIS_URL=redis://127.0.0.1:6379/0")
 @pytest.mark.django_db(transaction=True)  # the worker thread has its own connection: rows must be committed
 def test_a_real_worker_runs_the_sync_sent_through_redis(cluster):
-    assert app.conf.broker_url.startswith("redis://")
-    # A queue of our own: other test runs sharing this Redis must not take our message.
+    # Keys and queue of our own (tests/redis_scratch.py): other test runs and a running `make run`
+    # sharing this Redis neither take our message nor get one from us.
     queue = f"test-sync-inventory-{uuid.uuid4().hex[:12]}"
-    with start_worker(app, perform_ping_check=False, queues=[queue], shutdown_timeout=30):
-        sync_inventory_task.apply_async(queue=queue)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and GPU.objects.filter(node__name="h100-node-1").count() < 2:
-            time.sleep(0.2)
+    with redis_celery_app("gpuplane-sync-test") as redis_app:
+        assert redis_app.conf.broker_url.startswith("redis://")
+        with start_worker(redis_app, pool="solo", perform_ping_check=False, queues=[queue], shutdown_timeout=30):
+            redis_app.tasks[sync_inventory_task.name].apply_async(queue=queue)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and GPU.objects.filter(node__name="h100-node-1").count() < 2:
+                time.sleep(0.2)
 
     assert GPU.objects.filter(node__name="h100-node-1").count() == 2
     assert Node.objects.get(name="h100-node-1").gpu_model == "H100-SXM5-80GB"

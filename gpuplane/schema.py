@@ -1,0 +1,66 @@
+"""The OpenAPI schema class of every API view (settings.REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]).
+
+drf-spectacular documents what a view returns when all goes well. The API also answers:
+
+- 400 with field messages for any bad query parameter or body (gpuplane.api), so an operation
+  that takes either documents a 400;
+- 404 for an object that does not exist, so an operation with a path parameter documents a 404
+  (as JSON from the API, or as Django's HTML page when the path does not match the URL pattern,
+  e.g. a non-numeric id);
+
+and it refuses filter values outside a filter's `min_value`/`max_value`, so those bounds go into
+the parameter's schema. Clients (and schemathesis, tests/gpuplane/test_schemathesis.py) can then
+rely on the schema: what it allows is accepted, what the API refuses is documented.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.openapi import AutoSchema
+
+NO_NUL_CHARACTER = "^[^\\x00]*$"
+ERROR_BODY = {
+    "type": "object",
+    "additionalProperties": {},
+    "description": "Messages by field name, or `detail` for the request as a whole.",
+}
+
+
+class GpuplaneAutoSchema(AutoSchema):
+    def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        operation = super().get_operation(*args, **kwargs)
+        if operation is None:
+            return None
+        parameters = operation.get("parameters", [])
+        for parameter in parameters:
+            if parameter["in"] == "query":
+                self._insert_filter_bounds(parameter)
+        responses = operation.setdefault("responses", {})
+        if "requestBody" in operation or any(p["in"] == "query" for p in parameters):
+            # setdefault twice: a view's own description (extend_schema) is kept, its body filled in.
+            responses.setdefault("400", {"description": "Invalid query parameters or body"}).setdefault(
+                "content", {"application/json": {"schema": ERROR_BODY}}
+            )
+        if any(p["in"] == "path" for p in parameters):
+            responses.setdefault("404", {"description": "No such object"}).setdefault("content", {
+                "application/json": {"schema": ERROR_BODY},
+                "text/html": {"schema": {"type": "string"}},
+            })
+        return operation
+
+    def _insert_filter_bounds(self, parameter: dict[str, Any]) -> None:
+        filterset_class = getattr(self.view, "filterset_class", None)
+        if filterset_class is None:
+            return
+        query_filter = filterset_class.base_filters.get(parameter["name"])
+        if query_filter is None:
+            return
+        schema = parameter.get("schema", {})
+        # Django's form CharField refuses NUL characters (ProhibitNullCharactersValidator), a 400.
+        for text in (schema, schema.get("items", {})):
+            if text.get("type") == "string" and "enum" not in text and "format" not in text:
+                text.setdefault("pattern", NO_NUL_CHARACTER)
+        if "min_value" in query_filter.extra:
+            schema["minimum"] = query_filter.extra["min_value"]
+        if "max_value" in query_filter.extra:
+            schema["maximum"] = query_filter.extra["max_value"]
