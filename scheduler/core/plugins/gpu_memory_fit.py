@@ -5,6 +5,7 @@ import numpy as np
 
 from scheduler.core.fit import NO_MEMORY, NO_SHARE
 from scheduler.core.framework import CycleState, FilterPlugin
+from scheduler.core.wording import gb, percent
 
 
 class GPUMemoryFit(FilterPlugin):
@@ -27,7 +28,7 @@ class GPUMemoryFit(FilterPlugin):
         need = state.need
         if code == NO_MEMORY:
             per_gpu = f" on each of {need.gpu_count} GPUs" if need.multi_gpu else ""
-            return f"needs {need.memory_per_gpu_mib} MiB{per_gpu}; no free unit of the node has that much"
+            return f"needs {gb(need.memory_per_gpu_mib)}{per_gpu}; no free unit of the node has that much"
         if code == NO_SHARE:
-            return f"needs {need.share_milli / 10:g}% of a GPU; no free unit of the node has that much"
+            return f"needs {percent(need.share_milli)} of a GPU; no free unit of the node has that much"
         return self.reasons[code - 1]

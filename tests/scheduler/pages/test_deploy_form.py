@@ -104,8 +104,8 @@ def test_when_nothing_fits_the_form_shows_the_diagnosis_and_stores_nothing(opera
     assert response.status_code == 200
     body = response.content.decode()
     message = response.context["no_capacity"]
-    assert message.startswith("0/12 nodes are available: ")
-    assert "insufficient GPU memory" in message
+    assert message.startswith("No GPU of this cluster can hold 200 GB")
+    assert "0/12 nodes are available: 12 nodes have insufficient GPU memory" in message
     assert "Nothing fits this request; nothing was deployed" in body
     assert message in body
     # The compact table: one row per reason, the counts adding up to the 12 nodes.
