@@ -7,8 +7,10 @@
    node is never blamed for capacity that only the same request held (such a node counts under
    ``HELD_BY_REQUEST``);
 2. decides the failed replica again, without reserving: its diagnosis counts a node that its
-   hardware rules out under that reason (``scheduler.core.limits``), so the leading, dominant
-   reason is the one no other change fixes, and reasons that do not matter drop out;
+   hardware rules out under that reason (``scheduler.core.limits``), so reasons that do not
+   matter (a too-small GPU's sharing mode) drop out. The dominant reason, which the answer
+   leads with, is the one that has to change: the hardware reason when it rules out every node
+   (no other change fixes it), else the reason of the most nodes that could hold the request;
 3. offers a ``Suggestion`` only after checking it: every replica of the changed request is
    decided again on the same snapshot (each one reserving, like a deploy, then all undone), and
    the first candidate that places them all is offered. None is offered rather than a wrong one.
@@ -20,7 +22,14 @@ from dataclasses import dataclass, replace
 
 from scheduler.core.cycle import Scheduler
 from scheduler.core.decision import Outcome, ScheduleResult
-from scheduler.core.diagnosis import HARDWARE_GPUS, HARDWARE_MEMORY, HELD_BY_REQUEST, Diagnosis, counted_reason
+from scheduler.core.diagnosis import (
+    HARDWARE_GPUS,
+    HARDWARE_MEMORY,
+    HARDWARE_REASONS,
+    HELD_BY_REQUEST,
+    Diagnosis,
+    counted_reason,
+)
 from scheduler.core.limits import largest_gpu_mib, most_gpus
 from scheduler.core.snapshot import ClusterSnapshot
 from scheduler.core.types import Assignment, PlacementRequest, QuotaUsage, SharingRequest
@@ -115,13 +124,22 @@ def explain_unplaced(scheduler: Scheduler, snapshot: ClusterSnapshot, requests: 
         # The nodes that would take it are the answer, however many others are ruled out.
         reason, count = HELD_BY_REQUEST, result.diagnosis.rejected[HELD_BY_REQUEST]
     else:
-        reason, count = result.diagnosis.dominant() or ("", 0)
+        reason, count = _dominant(result.diagnosis)
     checker = _Checker(scheduler, snapshot)
     suggestion = next((s for s, replicas in _candidates(snapshot, requests, result, failed)
                        if checker.places(requests[:replicas], s.changes)), None)
     lead = _lead(snapshot, result, reason, count, failed, told=suggestion is not None)
     return Unplaced(replica=failed + 1, replicas=len(requests), released=len(held), result=result, reason=reason,
                     lead=lead, suggestion=suggestion)
+
+
+def _dominant(diagnosis: Diagnosis) -> tuple[str, int]:
+    """The reason that has to change: a hardware reason when it rules out every rejected node
+    (nothing else would help), else the reason of the most nodes that could hold the request."""
+    others = [(reason, count) for reason, count in diagnosis.ordered() if count and reason not in HARDWARE_REASONS]
+    if others:
+        return others[0]
+    return diagnosis.dominant() or ("", 0)
 
 
 def _held_by_request(scheduler: Scheduler, snapshot: ClusterSnapshot, placed: ScheduleResult) -> ScheduleResult:
