@@ -37,6 +37,7 @@ from scheduler.core import (
 )
 from scheduler.core.advice import charge, explain_unplaced
 from scheduler.core.profiles import PROFILES
+from scheduler.core.wording import nodes_that
 from scheduler.services.errors import NoCapacity
 from scheduler.services.spec import DeploySpec
 
@@ -148,7 +149,8 @@ def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler,
         elif (spec.allow_default_scheduler and quota is None
               and (busy := _telemetry_rejections(decision, scheduler))):
             message = (f"{message}; handed over to the default Kubernetes scheduler (no node affinity): "
-                       f"{busy} node(s) have the capacity but are busy by telemetry")
+                       f"{nodes_that(busy, 'has', 'have')} the capacity but "
+                       f"{'is' if busy == 1 else 'are'} busy by telemetry")
             matrix["outcome"] = DecisionOutcome.DEFAULT_SCHEDULER.value
             matrix["message"] = message
             plan = ReplicaPlan(replica_index, DecisionOutcome.DEFAULT_SCHEDULER, decision, matrix, message,

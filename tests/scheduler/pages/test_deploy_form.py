@@ -125,6 +125,22 @@ def test_when_nothing_fits_the_form_shows_the_diagnosis_and_stores_nothing(opera
     assert free_partitions() == before
 
 
+def test_when_nothing_fits_the_form_leads_with_the_reason_and_a_suggestion_that_works(operator_client, demo):
+    data = {**LOW_BATCH, "name": "huge", "memory_gb": "120", "gpu_count": "1"}
+    response = operator_client.post("/deployments/new/", data)
+    body = response.content.decode()
+
+    suggestion = response.context["suggestion"]
+    assert suggestion["changes"] == {"gpu_count": 2}
+    assert f"<strong>{suggestion['text']}</strong>" in body
+    assert "fewer GPUs" not in body and "MiB" not in body
+    # The dominant reason is the table's first row.
+    assert row_texts(body, "rejection-table")[1].startswith("insufficient GPU memory 12 ")
+
+    followed = operator_client.post("/deployments/new/", {**data, "gpu_count": "2"})
+    assert followed.status_code == 302 and Deployment.objects.get().gpu_count == 2
+
+
 def test_a_cluster_refusal_lands_on_the_failed_deployment(operator_client, demo, monkeypatch):
     from nodes.cluster.base import ClusterError
     from nodes.cluster.sim import SimulatedCluster
