@@ -35,7 +35,7 @@ from scheduler.core.snapshot import ClusterSnapshot
 from scheduler.core.types import Assignment, PlacementRequest, QuotaUsage, SharingRequest
 from scheduler.core.wording import counted, gb
 
-MAX_CHECK_CYCLES = 400  # scheduling cycles all suggestion checks of one failure may spend
+MAX_CHECK_CYCLES = 200  # scheduling cycles all suggestion checks of one failure may spend
 
 _WHOLE_GPU_SHARING = (SharingRequest.AUTO, SharingRequest.EXCLUSIVE)
 

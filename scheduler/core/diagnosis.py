@@ -43,6 +43,8 @@ _PREDICATES: dict[str, tuple[str, str]] = {
     "MPS share too small": ("has MPS shares too small for the request", "have MPS shares too small for the request"),
     "time-slice share too small": ("has time-slice shares too small for the request",
                                    "have time-slice shares too small for the request"),
+    "namespace GPU quota exceeded": ("would take the namespace over its GPU quota",
+                                     "would take the namespace over its GPU quota"),
     HELD_BY_REQUEST: ("has capacity held only by this request's earlier replicas",
                       "have capacity held only by this request's earlier replicas"),
 }

@@ -15,6 +15,12 @@ def percent(share_milli: int) -> str:
     return f"{round(share_milli / 10):d}%"
 
 
+def gpus(share_milli: int) -> str:
+    """Compute in GPU-equivalents: 1000 -> "1 GPU", 2500 -> "2.5 GPUs", 250 -> "0.25 GPU", 0 -> "0 GPUs"."""
+    amount = f"{share_milli / 1000:.3f}".rstrip("0").removesuffix(".")
+    return f"{amount} {'GPU' if 0 < share_milli <= 1000 else 'GPUs'}"
+
+
 def counted(count: int, singular: str, plural: str | None = None) -> str:
     """"1 node", "2 nodes", "0 nodes" (``plural`` defaults to ``singular`` + "s")."""
     return f"{count} {singular if count == 1 else (plural or singular + 's')}"

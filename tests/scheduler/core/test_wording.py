@@ -1,7 +1,7 @@
 """The core's words for people: GB, percent, and counts whose verbs agree."""
 from __future__ import annotations
 
-from scheduler.core.wording import counted, gb, nodes_that, percent
+from scheduler.core.wording import counted, gb, gpus, nodes_that, percent
 
 
 def test_memory_is_said_in_gb_to_a_tenth():
@@ -13,6 +13,14 @@ def test_memory_is_said_in_gb_to_a_tenth():
 def test_shares_are_rounded_percentages():
     assert percent(250) == "25%"
     assert percent(428) == "43%"
+
+
+def test_compute_is_said_in_gpus():
+    assert gpus(1000) == "1 GPU"
+    assert gpus(2500) == "2.5 GPUs"
+    assert gpus(250) == "0.25 GPU"
+    assert gpus(428) == "0.428 GPU"
+    assert gpus(0) == "0 GPUs"
 
 
 def test_counts_agree_with_their_nouns_and_verbs():
