@@ -38,6 +38,7 @@ from scheduler.core.wording import counted, gb
 MAX_CHECK_CYCLES = 200  # scheduling cycles all suggestion checks of one failure may spend
 
 _WHOLE_GPU_SHARING = (SharingRequest.AUTO, SharingRequest.EXCLUSIVE)
+GANG_SHORT = "not enough free GPUs for the gang"  # GangFit's reason: the node lacks free GPUs now
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def explain_unplaced(scheduler: Scheduler, snapshot: ClusterSnapshot, requests: 
     else:
         reason, count = _dominant(result.diagnosis)
     checker = _Checker(scheduler, snapshot)
-    suggestion = next((s for s, replicas in _candidates(snapshot, requests, result, failed)
+    suggestion = next((s for s, replicas in _candidates(snapshot, requests, result, failed, reason)
                        if checker.places(requests[:replicas], s.changes)), None)
     lead = _lead(snapshot, result, reason, count, failed, told=suggestion is not None)
     return Unplaced(replica=failed + 1, replicas=len(requests), released=len(held), result=result, reason=reason,
@@ -181,7 +182,7 @@ def _lead(snapshot: ClusterSnapshot, result: ScheduleResult, reason: str, count:
 
 
 def _candidates(snapshot: ClusterSnapshot, requests: Sequence[PlacementRequest], result: ScheduleResult,
-                failed: int) -> Iterator[tuple[Suggestion, int]]:
+                failed: int, reason: str) -> Iterator[tuple[Suggestion, int]]:
     """Changes worth checking, the smallest change first, each with how many replicas it places."""
     need = result.need
     if need is None:
@@ -199,17 +200,22 @@ def _candidates(snapshot: ClusterSnapshot, requests: Sequence[PlacementRequest],
             text = (f"the largest GPU has {gb(largest)}: ask for {gpus} GPUs per replica "
                     f"({gb(-(-memory // gpus))} on each)")
             yield Suggestion(text, {"gpu_count": gpus, **whole}), count
+    if first.sharing != SharingRequest.AUTO:
+        why = "multi-GPU replicas need whole GPUs" if gang > 1 and whole else f"no {first.sharing} unit fits"
+        yield Suggestion(f"{why}: let the scheduler choose the sharing mode (sharing \"auto\")",
+                         {"sharing": SharingRequest.AUTO.value}), count
     if gang > 1:
         for gpus in range(min(gang - 1, most), 0, -1):
             if largest and -(-memory // gpus) > largest:
                 break
-            why = f"the largest node has {most} GPUs" if gang > most else f"no node has {gang} free GPUs for a replica"
+            if gang > most:
+                why = f"the largest node has {most} GPUs: "
+            elif reason == GANG_SHORT:
+                why = f"no node has {gang} free GPUs: "
+            else:
+                why = ""
             each = f" ({gb(-(-memory // gpus))} on each)" if gpus > 1 else ""
-            per = counted(gpus, "GPU")
-            yield Suggestion(f"{why}: ask for {per} per replica{each}", {"gpu_count": gpus}), count
-    if first.sharing != SharingRequest.AUTO and gang == 1:
-        yield Suggestion(f"no {first.sharing} unit fits: let the scheduler choose the sharing mode (sharing \"auto\")",
-                         {"sharing": SharingRequest.AUTO.value}), count
+            yield Suggestion(f"{why}ask for {counted(gpus, 'GPU')} per replica{each}", {"gpu_count": gpus}), count
     if failed >= 1:
         # Every replica before the failed one was placed: that many fit now, and no more.
         yield Suggestion(f"ask for {counted(failed, 'replica')}", {"replicas": failed}), failed

@@ -119,6 +119,11 @@ def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler,
     (see "Namespace quotas"). Each plan's ``matrix`` is the core's ``Decision.to_dict()`` plus
     ``plugins``, the score plugins in profile order (a stored ``weights`` object loses its key
     order on PostgreSQL). Observes each decision's duration into ``PLACEMENT_DECISION_SECONDS``.
+
+    A replica that finds no node is explained by ``core.advice.explain_unplaced``: the earlier
+    replicas' tentative reservations are released from ``inventory`` (it is not to be used
+    afterwards), the replica is judged against the cluster without them, and the ``NoCapacity``
+    leads with the dominant reason and a suggestion checked to work (its ``explanation``).
     """
     plans: list[ReplicaPlan] = []
     indexes = list(range(spec.replicas) if replica_indexes is None else replica_indexes)

@@ -9,7 +9,7 @@ import numpy as np
 from nodes.vocabulary import PartitionKind
 from scheduler.core import ClusterSnapshot, Outcome, SharingRequest, scheduler_for
 from scheduler.core.advice import explain_unplaced
-from scheduler.core.diagnosis import HARDWARE_MEMORY, HELD_BY_REQUEST
+from scheduler.core.diagnosis import HARDWARE_GPUS, HARDWARE_MEMORY, HELD_BY_REQUEST
 from scheduler.core.limits import largest_gpu_mib
 from scheduler.core.wording import gb
 from tests.scheduler.core.builders import H100, demo_nodes, demo_snapshot, make_node, occupy, request
@@ -121,3 +121,22 @@ def test_the_failing_replica_is_named_and_judged_without_its_own_request_reserva
     assert reasons == {"h100-1": HELD_BY_REQUEST, "h100-2": HELD_BY_REQUEST, "h100-3": HELD_BY_REQUEST,
                        "small": HARDWARE_MEMORY}
     assert unplaced.suggestion is not None and unplaced.suggestion.changes == {"replicas": 6}
+
+
+def test_a_gang_short_of_free_gpus_is_told_why_and_a_smaller_gang_that_fits():
+    nodes = [make_node(f"h100-{i}", H100) for i in range(1, 4)] + [make_node("small", gpus=1)]
+    for node in nodes[:3]:  # one of the two GPUs of every H100 node is held
+        occupy(node, 0, 1000, 40960, f"other/pod-{node.name}", PartitionKind.EXCLUSIVE)
+    snapshot = ClusterSnapshot(nodes)
+    asked = request(60, gpu_count=2, allow_default_scheduler=False)
+
+    unplaced = explain_unplaced(scheduler_for(), snapshot, [asked], 0, [])
+
+    # The small node could never hold a gang of 2; the H100s could, were a second GPU free.
+    assert dict(unplaced.result.diagnosis.rejected) == {"not enough free GPUs for the gang": 3, HARDWARE_GPUS: 1}
+    assert unplaced.reason == "not enough free GPUs for the gang"
+    assert unplaced.lead == "3 nodes have too few free GPUs for the gang (h100-1: needs 2 free whole GPUs; 1 is free)"
+    assert unplaced.suggestion is not None
+    assert unplaced.suggestion.changes == {"gpu_count": 1}
+    assert unplaced.suggestion.text == "no node has 2 free GPUs: ask for 1 GPU per replica"
+    assert scheduler_for().schedule(replace(asked, gpu_count=1), snapshot).outcome == Outcome.PLACED
