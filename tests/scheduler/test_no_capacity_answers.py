@@ -64,6 +64,8 @@ def test_a_request_no_gpu_can_hold_leads_with_memory_and_suggests_more_gpus_that
     for text in _texts(body):
         assert "MPS" not in text and "time-slice" not in text and "fewer GPUs" not in text
         assert "MiB" not in text and "milli" not in text
+    need = body["decision"]["need"]
+    assert (need["memory_gb"], need["memory_per_gpu_gb"], need["share_percent"]) == (120, 120, 100)
     assert not Deployment.objects.exists() and capacity_state() == before
 
     followed = post(operator_api, memory_gb=120, **body["suggestion"]["changes"])
