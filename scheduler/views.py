@@ -293,7 +293,7 @@ class DeployView(RoleRequiredMixin, FormView):
         except services.NoCapacity as error:
             return self.render_to_response(self.get_context_data(
                 form=form, no_capacity=error.message, rejections=rejection_rows(error.decision),
-                suggestion=error.explanation.get("suggestion"),
+                suggestion=error.explanation.get("suggestion"), explained=bool(error.explanation),
             ))
         except services.DeployFailed as error:
             # Stored as FAILED with its decision and released: its page says what happened.
