@@ -229,6 +229,17 @@ def rejection_rows(matrix: Mapping[str, Any]) -> list[RejectionRow]:
     ]
 
 
+def suggested_fields(form: DeployForm, suggestion: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The form's posted fields with a suggestion's changes applied, as (name, value) pairs for the
+    "deploy with this change" button; empty without a suggestion."""
+    if not suggestion:
+        return []
+    changes = {name: str(value) for name, value in (suggestion.get("changes") or {}).items()}
+    pairs = [(name, value) for name in form.data if name != "csrfmiddlewaretoken" and name not in changes
+             for value in form.data.getlist(name)]
+    return pairs + sorted(changes.items())
+
+
 def node_urls(names: set[str]) -> dict[str, str]:
     """Node page URLs of those `names` that still exist in the inventory (one query)."""
     existing = Node.objects.filter(name__in=names).values_list("name", flat=True)
@@ -294,6 +305,7 @@ class DeployView(RoleRequiredMixin, FormView):
             return self.render_to_response(self.get_context_data(
                 form=form, no_capacity=error.message, rejections=rejection_rows(error.decision),
                 suggestion=error.explanation.get("suggestion"), explained=bool(error.explanation),
+                suggested_fields=suggested_fields(form, error.explanation.get("suggestion")),
             ))
         except services.DeployFailed as error:
             # Stored as FAILED with its decision and released: its page says what happened.

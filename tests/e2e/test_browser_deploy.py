@@ -141,3 +141,9 @@ def test_a_request_that_fits_nowhere_shows_why_and_stores_nothing(
     expect(page.get_by_role("radio", name="Exclusive", exact=True)).to_be_checked()
     page.screenshot(path=tmp_path / "no-capacity.png", full_page=True)
     assert not Deployment.objects.exists()
+
+    # The suggested change, applied by its button, deploys the same request with 3 GPUs.
+    alert.get_by_role("button", name="Deploy with this change").click()
+    expect(page).to_have_url(re.compile(r"/deployments/\d+/$"))
+    deployment = Deployment.objects.get()
+    assert (deployment.name, deployment.gpu_count, deployment.sharing) == ("huge", 3, "exclusive")

@@ -137,7 +137,14 @@ def test_when_nothing_fits_the_form_leads_with_the_reason_and_a_suggestion_that_
     # The dominant reason is the table's first row.
     assert row_texts(body, "rejection-table")[1].startswith("insufficient GPU memory 12 ")
 
-    followed = operator_client.post("/deployments/new/", {**data, "gpu_count": "2"})
+    # The "deploy with this change" button posts the same request with the suggested change.
+    fields = response.context["suggested_fields"]
+    assert 'data-apply-suggestion' in body and '<input type="hidden" name="gpu_count" value="2">' in body
+    posted: dict[str, list[str]] = {}
+    for name, value in fields:
+        posted.setdefault(name, []).append(value)
+    assert posted == {**{name: [value] for name, value in data.items()}, "gpu_count": ["2"]}
+    followed = operator_client.post("/deployments/new/", posted)
     assert followed.status_code == 302 and Deployment.objects.get().gpu_count == 2
 
 
