@@ -29,6 +29,7 @@ from nodes.models import Node
 from nodes.vocabulary import MIB_PER_GB
 from scheduler import services
 from scheduler.choices import DeploymentStatus
+from scheduler.core.diagnosis import counted_reason
 from scheduler.forms import DeployForm, DeploymentFilterSet
 from scheduler.models import Decision, Deployment, Placement
 from scheduler.plugin_labels import PluginLabel, plugin_label
@@ -56,7 +57,7 @@ def format_gb(memory_mib: int) -> str:
 
 
 def _count_phrase(pairs: Sequence[tuple[str, int]]) -> str:
-    return ", ".join(f"{count} {reason}" for reason, count in pairs)
+    return ", ".join(counted_reason(reason, count) for reason, count in pairs)
 
 
 # ---- the decision matrix, as the page shows it -------------------------------------------------
@@ -156,7 +157,8 @@ class MatrixTable:
 
     @property
     def hidden_rejected_text(self) -> str:
-        """"5 insufficient GPU memory, 2 cordoned" for the rejected nodes the matrix has no row for."""
+        """"5 nodes have insufficient GPU memory, 1 node is cordoned" for the rejected nodes the matrix
+        has no row for."""
         return _count_phrase(self.hidden_rejected)
 
     @property
@@ -235,17 +237,31 @@ class RejectionRow:
 
 
 def rejection_rows(matrix: Mapping[str, Any]) -> list[RejectionRow]:
-    """Reasons of a failed decision in the diagnosis' order (most nodes first), with examples."""
+    """Reasons of a failed decision, the dominant one (its explanation's) first, then the
+    diagnosis' order (most nodes first), with examples."""
     grouped: dict[str, dict[str, list[str]]] = {}
     for row in matrix.get("rows") or []:
         if not row.get("feasible"):
             details = grouped.setdefault(row.get("reason", ""), {})
             details.setdefault(row.get("detail", ""), []).append(row["node"])
     rejected = by_count((matrix.get("diagnosis") or {}).get("rejected") or {})
+    dominant = (matrix.get("explanation") or {}).get("reason")
+    rejected = tuple(sorted(rejected, key=lambda item: item[0] != dominant))  # stable: the rest keep their order
     return [
         RejectionRow(reason, count, tuple((detail, tuple(nodes)) for detail, nodes in grouped.get(reason, {}).items()))
         for reason, count in rejected
     ]
+
+
+def suggested_fields(form: DeployForm, suggestion: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The form's posted fields with a suggestion's changes applied, as (name, value) pairs for the
+    "deploy with this change" button; empty without a suggestion."""
+    if not suggestion:
+        return []
+    changes = {name: str(value) for name, value in (suggestion.get("changes") or {}).items()}
+    pairs = [(name, value) for name in form.data if name != "csrfmiddlewaretoken" and name not in changes
+             for value in form.data.getlist(name)]
+    return pairs + sorted(changes.items())
 
 
 def node_urls(names: set[str]) -> dict[str, str]:
@@ -295,7 +311,8 @@ class DeployView(RoleRequiredMixin, FormView):
 
     Success redirects to the new deployment's page. Invalid input re-renders the form with the
     services' field messages. When no node fits (services.NoCapacity) the form comes back with
-    the diagnosis and the rejection reasons; nothing is stored in that case.
+    the explanation (dominant reason first, and a suggestion checked to work when there is one)
+    and the rejection reasons; nothing is stored in that case.
     """
 
     required_role = OPERATOR
@@ -311,6 +328,8 @@ class DeployView(RoleRequiredMixin, FormView):
         except services.NoCapacity as error:
             return self.render_to_response(self.get_context_data(
                 form=form, no_capacity=error.message, rejections=rejection_rows(error.decision),
+                suggestion=error.explanation.get("suggestion"), explained=bool(error.explanation),
+                suggested_fields=suggested_fields(form, error.explanation.get("suggestion")),
             ))
         except services.DeployFailed as error:
             # Stored as FAILED with its decision and released: its page says what happened.

@@ -205,11 +205,27 @@ class DeploymentDecisionsSerializer(serializers.Serializer):
     decisions = DecisionSerializer(many=True)
 
 
+class SuggestionSerializer(serializers.Serializer):
+    """A change to the request that was checked to place every replica on the cluster now."""
+
+    text = serializers.CharField(help_text='e.g. "the largest GPU has 79.6 GB: ask for 2 GPUs per replica (60 GB on each)"')
+    changes = serializers.DictField(help_text='Request fields and their new values, e.g. {"gpu_count": 2}')
+
+
 class NoCapacitySerializer(serializers.Serializer):
     """409: why nothing fits; nothing was stored."""
 
-    detail = serializers.CharField(help_text='"0/N nodes are available: ..." (kube-scheduler wording)')
+    detail = serializers.CharField(
+        help_text="The failing replica (of a multi-replica request), the dominant reason, the suggestion if any, "
+                  'then every reason counted: "0/N nodes are available: ..."'
+    )
     replica = serializers.IntegerField(help_text="Index of the replica that could not be placed")
+    reason = serializers.CharField(help_text="The dominant reason: the one that rules out the most nodes "
+                                             "(empty when the cause is not capacity)")
+    suggestion = SuggestionSerializer(allow_null=True, help_text="null when no change was found that would work")
+    released_replicas = serializers.IntegerField(
+        help_text="Earlier replicas of this request whose tentative reservations were released"
+    )
     decision = serializers.DictField(help_text="The decision matrix of that replica (see DecisionSerializer.matrix)")
 
 

@@ -1,8 +1,9 @@
 """`/api/v1/deployments/`: deploy, list, read, read the decision matrix, delete.
 
 The viewset only translates HTTP to ``scheduler.services`` calls and their outcomes to status
-codes: 201 placed; 400 invalid input (field messages); 409 nothing fits (``NoCapacity``, with
-the diagnosis and the decision matrix; nothing stored); 502 the cluster refused the workload
+codes: 201 placed; 400 invalid input (field messages); 409 nothing fits (``NoCapacity``: the
+dominant reason, a suggestion checked to work, the diagnosis and the decision matrix; nothing
+stored); 502 the cluster refused the workload
 (``DeployFailed``; the deployment is kept as failed, its GPUs released). Reading needs the
 viewer role, deploying and deleting the operator role.
 """
@@ -75,7 +76,10 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Strict
         try:
             deployment = services.deploy(serializer.to_spec(), user=request.user)
         except services.NoCapacity as error:
-            body = {"detail": error.message, "replica": error.replica_index, "decision": error.decision}
+            explanation = error.explanation
+            body = {"detail": error.message, "replica": error.replica_index,
+                    "reason": explanation.get("reason", ""), "suggestion": explanation.get("suggestion"),
+                    "released_replicas": explanation.get("released", 0), "decision": error.decision}
             return Response(body, status=status.HTTP_409_CONFLICT)
         except services.DeployFailed as error:
             body = {"detail": error.message, "deployment": error.deployment.pk, "status": error.deployment.status}

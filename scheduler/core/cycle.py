@@ -19,17 +19,20 @@ from scheduler.core.framework import (
     MAX_SCORE,
     SUCCESS,
     CycleState,
+    FilterPlugin,
     Profile,
     ReservePlugin,
     ScoreRangeError,
     Status,
 )
+from scheduler.core.limits import HardwareLimits
 from scheduler.core.snapshot import ClusterSnapshot
 from scheduler.core.types import Assignment, PlacementRequest
 
 WEIGHT_SCALE = 1000  # weights are kept as integer thousandths so totals are exact integers
 _CODES_PER_FILTER = 64  # reason codes of one filter are 1..63
 _EXAMPLE_WINDOW = 512  # rejected nodes searched for examples before a full scan
+_HARDWARE = HardwareLimits()
 
 
 class Scheduler:
@@ -43,11 +46,14 @@ class Scheduler:
         self._weights = tuple(weight for _plugin, weight in profile.scores)
         self._plugin_names = tuple(plugin.NAME for plugin, _weight in profile.scores)
 
-    def schedule(self, request: PlacementRequest, snapshot: ClusterSnapshot, *, reserve: bool = True) -> ScheduleResult:
+    def schedule(self, request: PlacementRequest, snapshot: ClusterSnapshot, *, reserve: bool = True,
+                 hardware_first: bool = False) -> ScheduleResult:
         """One cycle: classify, pre-filter, filter, score, choose, assign and (by default) reserve.
 
         With ``reserve=True`` the assignment is applied to ``snapshot`` through the Reserve
-        plugins, so the next cycle sees it. Raises ``ScoreRangeError`` if a score plugin is buggy.
+        plugins, so the next cycle sees it. A rejected node that its hardware rules out counts
+        under that reason (``scheduler.core.limits``) when nothing fits, or always with
+        ``hardware_first`` (explanations). Raises ``ScoreRangeError`` if a score plugin is buggy.
         """
         profile = self.profile
         total_nodes = len(snapshot)
@@ -77,7 +83,17 @@ class Scheduler:
                 rejected_by[out] = position
                 rejected_code[out] = codes.compress(bad)
                 nodes = nodes.compress(~bad)
-        counts, examples = self._rejections(state, rejected_by, rejected_code, total_nodes)
+        filters = profile.filters
+        if len(nodes) == 0 or hardware_first:
+            # A node its hardware rules out counts under that reason, whichever filter came first
+            # (a GPU too small for the request is the answer, not the node's sharing mode).
+            filters = (*filters, _HARDWARE)
+            ruled = np.flatnonzero(rejected_by >= 0)
+            codes = _HARDWARE.filter(state, ruled)
+            limited = codes != 0
+            rejected_by[ruled[limited]] = len(filters) - 1
+            rejected_code[ruled[limited]] = codes[limited]
+        counts, examples = self._rejections(state, filters, rejected_by, rejected_code, total_nodes)
         diagnosis = Diagnosis(total_nodes, len(nodes), counts)
         if len(nodes) == 0:
             return self._no_fit(state, diagnosis, examples, None)
@@ -104,13 +120,13 @@ class Scheduler:
 
     # ---- steps -----------------------------------------------------------------------------
 
-    def _rejections(self, state: CycleState, rejected_by: np.ndarray, rejected_code: np.ndarray,
-                    total_nodes: int) -> tuple[dict[str, int], list[tuple[int, str, str]]]:
-        """Count rejected nodes per reason and explain a bounded number of them."""
+    def _rejections(self, state: CycleState, filters: tuple[FilterPlugin, ...], rejected_by: np.ndarray,
+                    rejected_code: np.ndarray, total_nodes: int) -> tuple[dict[str, int], list[tuple[int, str, str]]]:
+        """Count rejected nodes per reason (``rejected_by``: position in ``filters``) and explain a
+        bounded number of them."""
         ids = np.flatnonzero(rejected_by >= 0)
         if not len(ids):
             return {}, []
-        filters = self.profile.filters
         keys = rejected_by.take(ids) * _CODES_PER_FILTER + rejected_code.take(ids)
         per_key = np.bincount(keys)
         counts: dict[str, int] = {}

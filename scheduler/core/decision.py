@@ -14,7 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
-from nodes.vocabulary import PartitionKind
+from nodes.vocabulary import MIB_PER_GB, PartitionKind
 from scheduler.core.classify import Classification
 from scheduler.core.diagnosis import Diagnosis
 from scheduler.core.fit import Need
@@ -298,6 +298,10 @@ class ScheduleResult:
                 "share_milli": need.share_milli,
                 "memory_mib": need.memory_mib,
                 "memory_per_gpu_mib": need.memory_per_gpu_mib,
+                # The same in the request's units (GB in, GB out; shares in percent).
+                "share_percent": round(need.share_milli / 10, 1),
+                "memory_gb": round(need.memory_mib / MIB_PER_GB, 2),
+                "memory_per_gpu_gb": round(need.memory_per_gpu_mib / MIB_PER_GB, 2),
                 "gpu_count": need.gpu_count,
                 "kinds": sorted(str(kind) for kind in need.kinds),
                 "sizing": need.sizing.to_dict(),

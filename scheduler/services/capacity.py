@@ -43,6 +43,7 @@ from django.db.models.functions import Greatest
 from nodes.models import GPU, Partition
 from nodes.vocabulary import PartitionKind
 from scheduler.adapters import PartitionClaim, namespace_quota
+from scheduler.core.wording import gb, gpus
 from scheduler.models import PartitionHold
 from scheduler.services.errors import CapacityConflict
 
@@ -176,9 +177,9 @@ def check_quota(namespace: str) -> None:
         return
     over = []
     if quota.gpu_milli_limit is not None and quota.gpu_milli_used > quota.gpu_milli_limit:
-        over.append(f"{quota.gpu_milli_used} of {quota.gpu_milli_limit} milli-GPU")
+        over.append(f"{gpus(quota.gpu_milli_used)} of {gpus(quota.gpu_milli_limit)}")
     if quota.memory_mib_limit is not None and quota.memory_mib_used > quota.memory_mib_limit:
-        over.append(f"{quota.memory_mib_used} of {quota.memory_mib_limit} MiB")
+        over.append(f"{gb(quota.memory_mib_used)} of {gb(quota.memory_mib_limit)}")
     if over:
         raise CapacityConflict(f"namespace {namespace} quota exceeded: {', '.join(over)} with this reservation")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -36,7 +36,9 @@ from scheduler.core import (
     WorkloadType,
     build_profile,
 )
+from scheduler.core.advice import charge, explain_unplaced
 from scheduler.core.profiles import PROFILES
+from scheduler.core.wording import nodes_that
 from scheduler.services.errors import NoCapacity
 from scheduler.services.spec import DeploySpec
 
@@ -119,12 +121,19 @@ def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler,
     (see "Namespace quotas"). Each plan's ``matrix`` is the core's ``Decision.to_dict()`` plus
     ``plugins``, the score plugins in profile order (a stored ``weights`` object loses its key
     order on PostgreSQL). Observes each decision's duration into ``PLACEMENT_DECISION_SECONDS``.
+
+    A replica that finds no node is explained by ``core.advice.explain_unplaced``: the earlier
+    replicas' tentative reservations are released from ``inventory`` (it is not to be used
+    afterwards), the replica is judged against the cluster without them, and the ``NoCapacity``
+    leads with the dominant reason and a suggestion checked to work (its ``explanation``).
     """
-    plans = []
-    indexes = range(spec.replicas) if replica_indexes is None else replica_indexes
-    for replica_index in indexes:
+    plans: list[ReplicaPlan] = []
+    indexes = list(range(spec.replicas) if replica_indexes is None else replica_indexes)
+    quota_before = quota
+    for position, replica_index in enumerate(indexes):
         started = time.perf_counter()
-        decision = scheduler.schedule(_request(spec, replica_index, quota), inventory.snapshot)
+        request = _request(spec, replica_index, quota)
+        decision = scheduler.schedule(request, inventory.snapshot)
         elapsed = time.perf_counter() - started
         PLACEMENT_DECISION_SECONDS.observe(elapsed)
         matrix = decision.to_dict()
@@ -135,9 +144,7 @@ def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler,
             assert decision.assignment is not None
             plan = ReplicaPlan(replica_index, DecisionOutcome.PLACED, decision, matrix, message, elapsed * 1000,
                                claims=partition_claims(decision.assignment, inventory.index))
-            if quota is not None:  # the next replica sees this one as used
-                quota = replace(quota, gpu_milli_used=quota.gpu_milli_used + decision.assignment.share_milli,
-                                memory_mib_used=quota.memory_mib_used + spec.memory_mib)
+            quota = charge(quota, decision.assignment, spec.memory_mib)  # the next replica sees it as used
         elif decision.outcome == Outcome.DEFAULT_SCHEDULER:  # only when selection is disabled
             if quota is not None:
                 message = (f"namespace {spec.namespace} has a quota, so GPU selection cannot be skipped: the "
@@ -149,12 +156,29 @@ def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler,
         elif (spec.allow_default_scheduler and quota is None
               and (busy := _telemetry_rejections(decision, scheduler))):
             message = (f"{message}; handed over to the default Kubernetes scheduler (no node affinity): "
-                       f"{busy} node(s) have the capacity but are busy by telemetry")
+                       f"{nodes_that(busy, 'has', 'have')} the capacity but "
+                       f"{'is' if busy == 1 else 'are'} busy by telemetry")
             matrix["outcome"] = DecisionOutcome.DEFAULT_SCHEDULER.value
             matrix["message"] = message
             plan = ReplicaPlan(replica_index, DecisionOutcome.DEFAULT_SCHEDULER, decision, matrix, message,
                                elapsed * 1000)
         else:
-            raise NoCapacity(message, matrix, replica_index)
+            requests = [_request(spec, index, quota_before) for index in indexes]
+            requests[position] = request
+            raise _unplaced(scheduler, inventory, requests, position, plans, replica_index)
         plans.append(plan)
     return plans
+
+
+def _unplaced(scheduler: Scheduler, inventory: InventorySnapshot, requests: list[PlacementRequest], position: int,
+              plans: list[ReplicaPlan], replica_index: int) -> NoCapacity:
+    """``NoCapacity`` for the replica at ``position``, explained against the inventory without the
+    tentative reservations of the replicas before it (released here, see ``core.advice``)."""
+    held = [plan.decision.assignment for plan in plans if plan.decision.assignment is not None]
+    unplaced = explain_unplaced(scheduler, inventory.snapshot, requests, position, held)
+    matrix = unplaced.result.to_dict()
+    matrix["plugins"] = list(unplaced.result.weights)
+    message = unplaced.message()
+    matrix["message"] = message
+    matrix["explanation"] = unplaced.to_dict()
+    return NoCapacity(message, matrix, replica_index, explanation=unplaced.to_dict())

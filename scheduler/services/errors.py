@@ -10,15 +10,20 @@ from scheduler.models import Deployment
 class NoCapacity(Exception):
     """Nothing fits (HTTP 409); nothing was stored.
 
-    ``message`` reads like kube-scheduler's ("0/12 nodes are available: ..."); ``decision`` is the
-    core ``Decision.to_dict()`` of the replica that could not be placed, ``replica_index`` its index.
+    ``message`` leads with the dominant reason and a checked suggestion when there is one, and
+    ends like kube-scheduler's ("0/12 nodes are available: ..."); ``decision`` is the core
+    ``Decision.to_dict()`` of the replica that could not be placed, ``replica_index`` its index;
+    ``explanation`` is ``core.advice.Unplaced.to_dict()`` (empty when the cause is not capacity:
+    a conflict that gave up, or a quota that forbids handing over).
     """
 
-    def __init__(self, message: str, decision: dict[str, Any], replica_index: int = 0) -> None:
+    def __init__(self, message: str, decision: dict[str, Any], replica_index: int = 0, *,
+                 explanation: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.decision = decision
         self.replica_index = replica_index
+        self.explanation = explanation or {}
 
 
 class DeployFailed(ClusterError):

@@ -26,6 +26,7 @@ from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError, NotFound
 from scheduler.adapters import build_snapshot, namespace_quota
 from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
+from scheduler.core.wording import counted
 from scheduler.models import Decision, Deployment, Placement
 from scheduler.services.capacity import (
     charge_gpus,
@@ -320,5 +321,5 @@ def _placed_message(placements: list[Placement]) -> str:
     if nodes:
         parts.append(f"placed on {', '.join(nodes)}")
     if handed:
-        parts.append(f"{handed} replica(s) handed to the default Kubernetes scheduler")
+        parts.append(f"{counted(handed, 'replica')} handed to the default Kubernetes scheduler")
     return "; ".join(parts) + "; waiting for the workloads to be ready"

@@ -134,9 +134,17 @@ def test_a_request_that_fits_nowhere_shows_why_and_stores_nothing(
 
     alert = page.get_by_role("alert")
     expect(alert).to_contain_text("Nothing fits this request; nothing was deployed")
-    expect(alert).to_contain_text("0/12 nodes are available:")
+    expect(alert).to_contain_text("No GPU of this cluster can hold 200 GB")
+    expect(alert).to_contain_text("0/12 nodes are available: 12 nodes have insufficient GPU memory")
+    expect(alert.locator("[data-suggestion]")).to_contain_text("ask for 3 GPUs per replica (66.7 GB on each)")
     expect(alert.locator("#rejection-table tbody tr").first).to_contain_text("insufficient GPU memory")
     expect(page.get_by_label("Name", exact=True)).to_have_value("huge")
     expect(page.get_by_role("radio", name="Exclusive", exact=True)).to_be_checked()
     page.screenshot(path=tmp_path / "no-capacity.png", full_page=True)
     assert not Deployment.objects.exists()
+
+    # The suggested change, applied by its button, deploys the same request with 3 GPUs.
+    alert.get_by_role("button", name="Deploy with this change").click()
+    expect(page).to_have_url(re.compile(r"/deployments/\d+/$"))
+    deployment = Deployment.objects.get()
+    assert (deployment.name, deployment.gpu_count, deployment.sharing) == ("huge", 3, "exclusive")

@@ -123,7 +123,8 @@ def test_nothing_fits_is_a_409_with_the_diagnosis_and_the_matrix(operator_api, c
 
     assert response.status_code == 409
     body = response.json()
-    assert body["detail"].startswith("0/12 nodes are available: ")
+    assert body["detail"].startswith("No GPU of this cluster can hold 500 GB")
+    assert "0/12 nodes are available: " in body["detail"]
     assert body["replica"] == 0
     assert body["decision"]["outcome"] == "unschedulable"
     assert len(body["decision"]["rows"]) > 0

@@ -74,7 +74,7 @@ def test_200_one_gpu_deploys_against_50_free_gpus(operator):
     assert statuses == {201: FREE_GPUS, 409: REQUESTS - FREE_GPUS}, statuses
     for _gpus, status, body in results:
         if status == 409:  # a clean NoCapacity: the diagnosis, not a conflict that gave up
-            assert body["detail"].startswith("0/8 nodes are available: "), body["detail"]
+            assert "0/8 nodes are available: " in body["detail"], body["detail"]
             assert body["decision"]["outcome"] == "unschedulable"
     assert free_whole_gpus() == 0
     assert Deployment.objects.count() == FREE_GPUS
@@ -96,7 +96,7 @@ def test_mixed_1_2_4_8_gpu_deploys_never_over_allocate(operator):
     assert 0 < placed_gpus <= FREE_GPUS
     for _gpus, status, body in results:
         if status == 409:
-            assert body["detail"].startswith("0/7 nodes are available: "), body["detail"]
+            assert "0/7 nodes are available: " in body["detail"], body["detail"]
     held = Partition.objects.filter(hold__isnull=False)
     assert held.count() == placed_gpus
     assert held.values("pk").distinct().count() == placed_gpus
@@ -118,8 +118,8 @@ def test_concurrent_deploys_in_one_namespace_never_exceed_its_quota(operator):
     assert statuses == {201: 10, 409: 30}, statuses
     for _gpus, status, body in results:
         if status == 409:  # the quota's diagnosis, not a conflict that gave up
-            assert body["detail"].startswith("0/8 nodes are available: "), body["detail"]
-            assert "namespace GPU quota exceeded" in body["detail"], body["detail"]
+            assert "0/8 nodes are available: " in body["detail"], body["detail"]
+            assert "would take the namespace over its GPU quota" in body["detail"], body["detail"]
     held = Partition.objects.filter(hold__placement__deployment__namespace="team-q")
     assert held.count() == 10
     assert sum(held.values_list("share_milli", flat=True)) == 10_000
@@ -156,6 +156,6 @@ def test_concurrent_mps_deploys_that_claim_side_by_side_never_exceed_the_quota(o
     assert statuses == {201: 10, 409: 30}, statuses
     for _gpus, status, body in results:
         if status == 409:
-            assert "namespace GPU quota exceeded" in body["detail"], body["detail"]
+            assert "would take the namespace over its GPU quota" in body["detail"], body["detail"]
     assert sum(Partition.objects.filter(hold__isnull=False).values_list("share_milli", flat=True)) == 2_500
     check_invariants()

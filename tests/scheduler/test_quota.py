@@ -89,7 +89,7 @@ def test_a_gpu_quota_stops_deploys_at_the_limit_and_only_in_its_namespace(cluste
     with pytest.raises(NoCapacity) as raised:
         deploy(cluster, "a3")
 
-    assert "namespace GPU quota exceeded" in raised.value.message
+    assert "would take the namespace over its GPU quota" in raised.value.message
     assert Deployment.objects.filter(namespace="team-a").count() == 2  # nothing stored for a3
     deploy(cluster, "b1", namespace="team-b")  # free GPUs are left; other namespaces are not limited
     check_invariants()
@@ -109,7 +109,7 @@ def test_deleting_a_deployment_gives_its_quota_back(cluster):
 def test_replicas_of_one_request_count_against_the_quota_together(cluster):
     NamespaceQuota.objects.create(namespace="team-a", max_gpu_milli=2000)
 
-    with pytest.raises(NoCapacity, match="namespace GPU quota exceeded") as raised:
+    with pytest.raises(NoCapacity, match="would take the namespace over its GPU quota") as raised:
         deploy(cluster, "three", replicas=3)
 
     assert raised.value.replica_index == 2
@@ -142,7 +142,7 @@ def test_the_reservation_rechecks_the_quota_it_decided_on(cluster, monkeypatch):
 
     monkeypatch.setattr(placing, "namespace_quota", stale_then_real)
 
-    with pytest.raises(NoCapacity, match="namespace GPU quota exceeded"):
+    with pytest.raises(NoCapacity, match="would take the namespace over its GPU quota"):
         deploy(cluster, "a2")
 
     assert len(reads) >= 2  # decided again, under the lock, on the real usage
@@ -201,7 +201,9 @@ def test_the_api_answers_409_naming_the_quota(cluster, operator):
 
     assert response.status_code == 409
     body = response.json()
-    assert "namespace GPU quota exceeded" in body["detail"]
+    assert body["reason"] == "namespace GPU quota exceeded"
+    assert body["detail"].startswith("1 node would take the namespace over its GPU quota")
+    assert "team-a: 0 GPUs in use + 1 GPU here would exceed the limit of 0.5 GPU" in body["detail"]
     assert body["decision"]["outcome"] == "unschedulable"
     assert not Deployment.objects.exists()
 

@@ -118,7 +118,7 @@ def test_the_weighted_gpu_of_50_plus_25_takes_a_25_percent_share_then_refuses_an
     with pytest.raises(NoCapacity) as raised:
         services.deploy(DeploySpec(name="another", model="phi-3", memory_gb=2, sharing="mps-weighted",
                                    allow_default_scheduler=False), cluster=cluster)
-    assert "1 insufficient free GPU share" in raised.value.message
+    assert "1 node has insufficient free GPU share" in raised.value.message
     assert row(raised.value.decision, "a100-node-4")["reason"] == "insufficient free GPU share"
     check_invariants()
 

@@ -30,4 +30,5 @@ class GangFit(FilterPlugin):
         gang = state.need.gpu_count
         if code == 1:
             return f"needs {gang} GPUs on one node; the node has {int(snapshot.gpu_count[node])}"
-        return f"needs {gang} free whole GPUs; {int(snapshot.whole_free[node])} are free"
+        free = int(snapshot.whole_free[node])
+        return f"needs {gang} free whole GPUs; {free} {'is' if free == 1 else 'are'} free"

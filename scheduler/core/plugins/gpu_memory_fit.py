@@ -7,6 +7,7 @@ from scheduler.core.fit import NO_MEMORY, NO_SHARE
 from scheduler.core.framework import CycleState, FilterPlugin
 from scheduler.core.node_columns import MODES
 from scheduler.core.types import MODE_KINDS
+from scheduler.core.wording import gb, percent
 
 
 class GPUMemoryFit(FilterPlugin):
@@ -30,10 +31,10 @@ class GPUMemoryFit(FilterPlugin):
         need = state.need
         if code == NO_MEMORY:
             per_gpu = f" on each of {need.gpu_count} GPUs" if need.multi_gpu else ""
-            return f"needs {need.memory_per_gpu_mib} MiB{per_gpu}; no free unit of the node has that much"
+            return f"needs {gb(need.memory_per_gpu_mib)}{per_gpu}; no free unit of the node has that much"
         if code == NO_SHARE:
             # The least share any unit this node's mode offers would have to cover.
             mode = MODES[int(state.snapshot.mode_id[node])]
             share = min((need.min_share(kind) for kind in MODE_KINDS[mode] & need.kinds), default=need.share_milli)
-            return f"needs {share / 10:g}% of a GPU; no free unit of the node has that much"
+            return f"needs {percent(share)} of a GPU; no free unit of the node has that much"
         return self.reasons[code - 1]

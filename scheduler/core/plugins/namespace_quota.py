@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from scheduler.core.framework import SUCCESS, Code, CycleState, FilterPlugin, PreFilterPlugin, Status
+from scheduler.core.wording import gb, gpus
 
 
 class NamespaceQuota(PreFilterPlugin, FilterPlugin):
@@ -28,7 +29,7 @@ class NamespaceQuota(PreFilterPlugin, FilterPlugin):
                 return Status(
                     Code.UNSCHEDULABLE,
                     "namespace memory quota exceeded",
-                    f"{state.request.namespace}: {after} MiB would exceed the limit of {quota.memory_mib_limit} MiB",
+                    f"{state.request.namespace}: {gb(after)} would exceed the limit of {gb(quota.memory_mib_limit)}",
                     self.NAME,
                 )
         return SUCCESS
@@ -52,8 +53,9 @@ class NamespaceQuota(PreFilterPlugin, FilterPlugin):
         quota = state.request.quota
         fit = state.fit(np.array([node]))
         charge = int(fit.charge_milli(state.need)[0]) if fit.fits[0] else state.need.share_milli
-        limit = quota.gpu_milli_limit if quota else None
+        limit = quota.gpu_milli_limit if quota and quota.gpu_milli_limit is not None else 0
         used = quota.gpu_milli_used if quota else 0
         return (
-            f"{state.request.namespace}: {used} + {charge} milli-GPU here would exceed the limit of {limit}"
+            f"{state.request.namespace}: {gpus(used)} in use + {gpus(charge)} here would exceed "
+            f"the limit of {gpus(limit)}"
         )

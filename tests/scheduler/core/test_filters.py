@@ -328,6 +328,8 @@ def test_namespace_quota_charges_the_unit_each_node_would_give():
         "exclusive": "namespace GPU quota exceeded", "mps-2": "",
     }
     assert set(filter_codes(NamespaceQuota(), snapshot, request(8)).values()) == {0}  # no quota given
+    state = cycle(snapshot, request(8, quota=quota, namespace="team"), NamespaceQuota())
+    assert NamespaceQuota().explain(state, 0, 1) == "team: 1.5 GPUs in use + 1 GPU here would exceed the limit of 2 GPUs"
 
 
 def test_namespace_quota_memory_is_checked_once_per_request():
@@ -336,7 +338,7 @@ def test_namespace_quota_memory_is_checked_once_per_request():
     status = NamespaceQuota().pre_filter(state)
     # 4 + 8 = 12 GiB > 10 GiB.
     assert not status.ok and status.reason == "namespace memory quota exceeded"
-    assert "12288 MiB would exceed the limit of 10240 MiB" in status.detail
+    assert "12 GB would exceed the limit of 10 GB" in status.detail
 
 
 def test_filters_see_only_the_nodes_they_are_given():

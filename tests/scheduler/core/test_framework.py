@@ -115,7 +115,7 @@ def test_reserve_applies_the_assignment_unless_told_not_to():
     assert snapshot.nodes[0].gpus[0].partitions[0].occupant == "a#1"
     again = scheduler.schedule(request(40, key="a#2", allow_default_scheduler=False), snapshot)
     assert again.outcome == Outcome.UNSCHEDULABLE
-    assert again.message == "0/1 nodes are available: 1 no free GPU or partition"
+    assert again.message == "0/1 nodes are available: 1 node has no free GPU or partition"
 
 
 class RefuseNode(ReservePlugin):
@@ -156,7 +156,8 @@ def test_a_prefilter_rejection_counts_every_node():
         request(80, gpu_count=2, sharing=SharingRequest.TIMESLICE, allow_default_scheduler=False), demo_snapshot()
     )
     assert decision.outcome == Outcome.UNSCHEDULABLE
-    assert decision.message.startswith("0/12 nodes are available: 12 timeslice requests take exactly one GPU")
+    assert decision.message.startswith(
+        "0/12 nodes are available: 12 nodes are ruled out: timeslice requests take exactly one GPU")
 
 
 def test_when_nothing_fits_it_hands_over_to_the_default_scheduler_if_allowed():

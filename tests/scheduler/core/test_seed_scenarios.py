@@ -78,7 +78,8 @@ def test_scenario_4_mps_weighted_and_uniform_limits():
     second = scheduler.schedule(request(4, key="team/q#1", share_milli=250, node_selector=only_a100_5,
                                         allow_default_scheduler=False), snapshot)
     assert second.outcome == Outcome.UNSCHEDULABLE
-    assert second.message == "0/12 nodes are available: 11 node labels do not match, 1 insufficient free GPU share"
+    assert second.message == ("0/12 nodes are available: 11 nodes have labels that do not match the request, "
+                              "1 node has insufficient free GPU share")
 
     # Uniform MPS with R = 4 cannot give 50 %, and says so.
     uniform = scheduler.schedule(request(8, key="team/h#0", node_selector={HOSTNAME: "a100-3"},

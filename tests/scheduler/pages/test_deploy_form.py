@@ -127,8 +127,8 @@ def test_when_nothing_fits_the_form_shows_the_diagnosis_and_stores_nothing(opera
     assert response.status_code == 200
     body = response.content.decode()
     message = response.context["no_capacity"]
-    assert message.startswith("0/12 nodes are available: ")
-    assert "insufficient GPU memory" in message
+    assert message.startswith("No GPU of this cluster can hold 200 GB")
+    assert "0/12 nodes are available: 12 nodes have insufficient GPU memory" in message
     assert "Nothing fits this request; nothing was deployed" in body
     assert message in body
     # The compact table: one row per reason, the counts adding up to the 12 nodes.
@@ -146,6 +146,29 @@ def test_when_nothing_fits_the_form_shows_the_diagnosis_and_stores_nothing(opera
     assert not Deployment.objects.exists()
     assert not Decision.objects.exists()
     assert free_partitions() == before
+
+
+def test_when_nothing_fits_the_form_leads_with_the_reason_and_a_suggestion_that_works(operator_client, demo):
+    data = {**LOW_BATCH, "name": "huge", "memory_gb": "120", "gpu_count": "1"}
+    response = operator_client.post("/deployments/new/", data)
+    body = response.content.decode()
+
+    suggestion = response.context["suggestion"]
+    assert suggestion["changes"] == {"gpu_count": 2}
+    assert f"<strong>{suggestion['text']}</strong>" in body
+    assert "fewer GPUs" not in body and "MiB" not in body
+    # The dominant reason is the table's first row.
+    assert row_texts(body, "rejection-table")[1].startswith("insufficient GPU memory 12 ")
+
+    # The "deploy with this change" button posts the same request with the suggested change.
+    fields = response.context["suggested_fields"]
+    assert 'data-apply-suggestion' in body and '<input type="hidden" name="gpu_count" value="2">' in body
+    posted: dict[str, list[str]] = {}
+    for name, value in fields:
+        posted.setdefault(name, []).append(value)
+    assert posted == {**{name: [value] for name, value in data.items()}, "gpu_count": ["2"]}
+    followed = operator_client.post("/deployments/new/", posted)
+    assert followed.status_code == 302 and Deployment.objects.get().gpu_count == 2
 
 
 def test_a_cluster_refusal_lands_on_the_failed_deployment(operator_client, demo, monkeypatch):

@@ -57,7 +57,8 @@ def test_matrix_table_counts_what_the_truncated_matrix_left_out():
     assert table.hidden_feasible == 5  # 7 feasible, 2 kept
     # 9 - 2 example rows, 3 - 1, 1 - 0: every one of the 20 nodes is accounted for.
     assert table.hidden_rejected == (("insufficient GPU memory", 7), ("cordoned", 2), ("not ready", 1))
-    assert table.hidden_rejected_text == "7 insufficient GPU memory, 2 cordoned, 1 not ready"
+    assert table.hidden_rejected_text == ("7 nodes have insufficient GPU memory, 2 nodes are cordoned, "
+                                         "1 node is ruled out: not ready")
     assert table.hidden_rejected_n + table.hidden_feasible + len(table.rows) == 20
 
 
@@ -81,7 +82,8 @@ def test_the_page_lists_counts_of_rejected_nodes_beyond_the_kept_examples(viewer
     decision.save()
     body = viewer_client.get(f"/deployments/{deployment.pk}/").content.decode()
     assert "5 more feasible nodes scored lower (not kept)." in body
-    assert "10 more nodes rejected: 7 insufficient GPU memory, 2 cordoned, 1 not ready." in body
+    assert ("10 more nodes rejected: 7 nodes have insufficient GPU memory, 2 nodes are cordoned, "
+            "1 node is ruled out: not ready.") in body
 
 
 def test_a_node_gone_from_the_inventory_is_shown_without_a_link(viewer_client, demo):

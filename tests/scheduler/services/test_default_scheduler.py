@@ -41,6 +41,8 @@ def test_busy_gpus_hand_over_to_the_default_scheduler_when_allowed(cluster):
     assert decision.outcome == DecisionOutcome.DEFAULT_SCHEDULER
     assert decision.matrix["outcome"] == "default-scheduler"
     assert "handed over to the default Kubernetes scheduler" in decision.message
+    busy = decision.matrix["diagnosis"]["rejected"]["utilization >= 90%"]
+    assert f"{busy} nodes have the capacity but are busy by telemetry" in decision.message
     assert deployment.placements.get().node_id is None
 
 

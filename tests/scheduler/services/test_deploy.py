@@ -110,7 +110,8 @@ def test_it_is_all_or_nothing_across_replicas(cluster):
         services.deploy(spec(name="gang", memory_gb=300, gpu_count=8, replicas=5), cluster=cluster)
 
     assert raised.value.replica_index > 0  # earlier replicas fitted, in the decision only
-    assert raised.value.message.startswith("0/12 nodes are available")
+    assert raised.value.message.startswith(f"Replica {raised.value.replica_index + 1} of 5 could not be placed")
+    assert "0/12 nodes are available" in raised.value.message
     assert not Deployment.objects.exists() and not Placement.objects.exists() and not Decision.objects.exists()
     assert capacity_state() == before
     assert cluster.list_objects("Deployment") == []
@@ -120,8 +121,8 @@ def test_nothing_fits_gives_the_kube_scheduler_diagnosis(cluster):
     with pytest.raises(NoCapacity) as raised:
         services.deploy(spec(name="huge", memory_gb=200), cluster=cluster)
 
-    assert raised.value.message.startswith("0/12 nodes are available: ")
-    assert "insufficient GPU memory" in raised.value.message
+    assert raised.value.message.startswith("No GPU of this cluster can hold 200 GB")
+    assert raised.value.message.endswith("0/12 nodes are available: 12 nodes have insufficient GPU memory")
     assert raised.value.decision["outcome"] == "unschedulable"
     assert raised.value.decision["diagnosis"]["available"] == 0
 
