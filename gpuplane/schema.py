@@ -18,6 +18,8 @@ from typing import Any
 
 from drf_spectacular.openapi import AutoSchema
 
+from gpuplane.strict_input import RejectUnknownFieldsMixin
+
 NO_NUL_CHARACTER = "^[^\\x00]*$"
 ERROR_BODY = {
     "type": "object",
@@ -27,6 +29,13 @@ ERROR_BODY = {
 
 
 class GpuplaneAutoSchema(AutoSchema):
+    def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
+        schema: dict[str, Any] = super()._map_basic_serializer(serializer, direction)
+        # A strict serializer answers 400 for a field it does not know: the schema says so.
+        if direction == "request" and isinstance(serializer, RejectUnknownFieldsMixin):
+            schema["additionalProperties"] = False
+        return schema
+
     def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         operation = super().get_operation(*args, **kwargs)
         if operation is None:

@@ -156,7 +156,9 @@ def test_when_nothing_fits_the_form_leads_with_the_reason_and_a_suggestion_that_
     suggestion = response.context["suggestion"]
     assert suggestion["changes"] == {"gpu_count": 2}
     assert f"<strong>{suggestion['text']}</strong>" in body
-    assert "fewer GPUs" not in body and "MiB" not in body
+    # The answer speaks GB (the form's help text may define the unit in MiB; the answer does not use it).
+    answer = " ".join(row_texts(body, "rejection-table")) + " " + suggestion["text"]
+    assert "fewer GPUs" not in body and "MiB" not in answer
     # The dominant reason is the table's first row.
     assert row_texts(body, "rejection-table")[1].startswith("insufficient GPU memory 12 ")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.views import matrix_table, rejection_rows
+from scheduler.matrix_view import matrix_table, rejection_rows
 from tests.scheduler.pages.deploying import deploy
 from tests.scheduler.pages.html_tables import row_texts
 

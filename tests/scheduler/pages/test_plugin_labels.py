@@ -6,8 +6,8 @@ import re
 import pytest
 
 from scheduler.core.profiles import PROFILES
+from scheduler.matrix_view import matrix_table
 from scheduler.plugin_labels import plugin_label, words
-from scheduler.views import matrix_table
 
 
 @pytest.mark.parametrize(
