@@ -1,6 +1,7 @@
 """Filters of the audit trail (`/api/v1/audit-events/?object_type=&object_id=&verb=`)."""
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import django_filters
@@ -19,7 +20,14 @@ class _RequiredValueIsoDateTimeField(IsoDateTimeField):
     def to_python(self, value: Any) -> Any:
         if value == "":
             raise ValidationError("Enter an ISO 8601 date and time, or leave the parameter out.", code="invalid")
-        return super().to_python(value)
+        moment = super().to_python(value)
+        if moment is None or moment.tzinfo is None:
+            return moment
+        # PostgreSQL refuses offsets beyond +/-15:59 that ISO 8601 allows ("+16:55"): compare in UTC.
+        try:
+            return moment.astimezone(dt.UTC)
+        except OverflowError:
+            raise ValidationError("Enter a date and time between years 1 and 9999.", code="invalid") from None
 
 
 class StrictIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
