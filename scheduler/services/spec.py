@@ -157,25 +157,32 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
         if not isinstance(getattr(spec, name), bool):
             errors[name].append("Enter true or false.")
     errors["labels"].extend(label_errors(spec.labels))
-    if (
-        not errors["gpu_count"] and not errors["sharing"] and spec.gpu_count > 1
-        and spec.sharing not in (SharingRequest.AUTO, SharingRequest.EXCLUSIVE)
-    ):
-        errors["sharing"].append(
-            f"A replica of {spec.gpu_count} GPUs takes whole GPUs: {spec.sharing} gives one GPU per replica "
-            "(time-sliced replicas could even share one physical GPU). Use auto or exclusive."
-        )
-    if not errors["share_percent"] and spec.share_percent is not None and spec.share_percent < 100:
-        if spec.sharing == SharingRequest.EXCLUSIVE:
-            errors["share_percent"].append("Exclusive sharing gives whole GPUs (100 %): leave the share empty.")
-        elif not errors["gpu_count"] and spec.gpu_count > 1:
-            errors["share_percent"].append(
-                f"A replica of {spec.gpu_count} GPUs takes whole GPUs (100 %): leave the share empty."
-            )
+    if not errors["gpu_count"] and not errors["sharing"]:
+        share_percent = None if errors["share_percent"] else spec.share_percent
+        for name, message in cross_field_errors(spec.gpu_count, spec.sharing, share_percent).items():
+            errors[name].append(message)
     found = {name: messages for name, messages in errors.items() if messages}
     if found:
         raise ValidationError(found)
     return replace(spec, memory_gb=float(memory), labels=dict(spec.labels))
+
+
+def cross_field_errors(gpu_count: int, sharing: str, share_percent: int | None) -> dict[str, str]:
+    """Rules between fields that OpenAPI 3.0 cannot state (each is in its field's description)."""
+    errors = {}
+    if gpu_count > 1 and sharing not in (SharingRequest.AUTO, SharingRequest.EXCLUSIVE):
+        errors["sharing"] = (
+            f"A replica of {gpu_count} GPUs takes whole GPUs: {sharing} gives one GPU per replica "
+            "(time-sliced replicas could even share one physical GPU). Use auto or exclusive."
+        )
+    if share_percent is not None and share_percent < 100:
+        if sharing == SharingRequest.EXCLUSIVE:
+            errors["share_percent"] = "Exclusive sharing gives whole GPUs (100 %): leave the share empty."
+        elif gpu_count > 1:
+            errors["share_percent"] = (
+                f"A replica of {gpu_count} GPUs takes whole GPUs (100 %): leave the share empty."
+            )
+    return errors
 
 
 def spec_of(deployment: Deployment) -> DeploySpec:

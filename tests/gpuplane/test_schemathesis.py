@@ -26,6 +26,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from gpuplane.roles import ADMIN
 from gpuplane.wsgi import application
 from scheduler.services import label_errors
+from scheduler.services.spec import cross_field_errors
 from tests.conftest import PASSWORD
 
 # Enough to reach each parameter's edges (0, negatives, empty strings) on every operation while
@@ -66,8 +67,8 @@ def follows_cross_field_rules(case) -> bool:
     """Rules between fields that OpenAPI 3.0 cannot state (each is in its field's description)."""
     body = case.body if isinstance(case.body, dict) else {}
     if case.operation.label == "POST /api/v1/deployments/":
-        gpu_count, sharing = body.get("gpu_count", 1), body.get("sharing", "auto")
-        if isinstance(gpu_count, int) and gpu_count > 1 and sharing not in ("auto", "exclusive"):
+        gpu_count, sharing, share_percent = body.get("gpu_count", 1), body.get("sharing", "auto"), body.get("share_percent")
+        if cross_field_errors(gpu_count, sharing, share_percent):
             return False
         # Label keys: OpenAPI 3.0 has no propertyNames; the API's own rule decides.
         return not label_errors(body.get("labels", {}))
