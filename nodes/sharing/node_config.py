@@ -177,8 +177,9 @@ def render_device_plugin_config(config: NodeConfig) -> tuple[str, dict[str, Any]
         return name, device_plugin_config("none", mig_strategy="mixed")
     if config.mode == SharingMode.EXCLUSIVE:
         return name, device_plugin_config("none")
-    strategy = "mps" if config.mode == SharingMode.MPS else "time-slicing"
-    return name, device_plugin_config(strategy, config.replicas or 0)
+    if config.mode == SharingMode.MPS:
+        return name, device_plugin_config("mps", config.replicas or 0)
+    return name, device_plugin_config("time-slicing", config.replicas or 0)
 
 
 def mig_config_name(config: NodeConfig) -> str:
