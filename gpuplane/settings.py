@@ -172,6 +172,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # A node's sharing_mode and a sharing config's mode are one vocabulary: one enum in the schema.
+    "ENUM_NAME_OVERRIDES": {"SharingModeEnum": "nodes.vocabulary.SharingMode.choices"},
 }
 INSTALLED_APPS.append("drf_spectacular_sidecar")
 

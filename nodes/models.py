@@ -27,8 +27,14 @@ class Node(models.Model):
     sharing_replicas = models.PositiveSmallIntegerField(
         default=1, help_text="R: replicas per GPU for mps / timeslice / mps-weighted (1 otherwise)"
     )
-    applied_config = models.CharField(max_length=128, blank=True, help_text="device-plugin or mig-parted config now on the node")
-    desired_config = models.CharField(max_length=128, blank=True, help_text="config gpuplane wants on the node")
+    applied_config = models.CharField(
+        max_length=128, blank=True, help_text="Name of the device-plugin (or, on MIG nodes, mig-parted) config now on the node"
+    )
+    # The API shape of nodes.sharing.node_config.NodeConfig; written only through
+    # nodes.node_configs.set_desired_config, which validates it for the node's GPU model.
+    desired_config = models.JSONField(
+        null=True, blank=True, help_text="Sharing config gpuplane wants on the node: {mode, replicas, mig_layout}; null: none"
+    )
     last_seen = models.DateTimeField(null=True, blank=True)
 
     class Meta:

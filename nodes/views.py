@@ -6,6 +6,7 @@ computed here in small pure functions so that templates stay free of arithmetic.
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -28,6 +29,7 @@ from nodes.holds import HolderInfo, describe_held, occupied_partition_filter, wi
 from nodes.inventory.audit import node_events
 from nodes.mig_diagram import MIGCell, mig_diagram, occupant_of
 from nodes.models import GPU, Node, Partition
+from nodes.node_configs import applied_config, config_pending, desired_config, desired_label_value
 from nodes.node_facts import config_fact, partition_facts, replicas_fact
 from nodes.summaries import memory_used_pct
 from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
@@ -261,6 +263,11 @@ class NodeDetailView(RoleRequiredMixin, DetailView):
         rows = [gpu_row(gpu, holders) for gpu in gpus]
         partitions = [p for row in rows for p in row.partitions]
         utilizations = [row.gpu.utilization_pct for row in rows if row.gpu.utilization_pct is not None]
+        # The MIG instances are loaded already: the applied config needs no query of its own.
+        applied = applied_config(node, [
+            Counter(p.mig_profile for p in row.gpu.partitions.all() if p.kind == PartitionKind.MIG)
+            for row in rows if row.gpu.mig_enabled
+        ])
         context.update(
             gpu_rows=rows,
             mig_rows=[row for row in rows if row.gpu.mig_enabled],
@@ -274,7 +281,9 @@ class NodeDetailView(RoleRequiredMixin, DetailView):
             allocated_gpus=format_number(sum((row.gpu_equivalents for row in rows), Fraction(0)), 2),
             allocated_memory=format_gb(sum(row.gpu.allocated_memory_mib for row in rows)),
             total_memory=format_gb(sum(row.gpu.memory_mib for row in rows)),
-            config_pending=bool(node.desired_config) and node.desired_config != node.applied_config,
+            config_pending=config_pending(node, applied),
+            desired_config=desired_config(node),
+            desired_config_name=desired_label_value(node),
             memory_allocatable=format_gb(node.memory_allocatable_mib) if node.memory_allocatable_mib else "—",
             **telemetry_context(
                 self.request,

@@ -14,8 +14,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from nodes.models import GPU, Node, Partition
+from nodes.node_configs import applied_config, desired_config, desired_label_value
 from nodes.telemetry.samples import plausible
-from nodes.vocabulary import TAINT_EFFECTS
+from nodes.vocabulary import TAINT_EFFECTS, SharingMode
 
 
 def with_usage(nodes: QuerySet[Node]) -> QuerySet[Node]:
@@ -52,8 +53,26 @@ class TaintsField(serializers.JSONField):
     """Kubernetes taints: a list of {key, value, effect}."""
 
 
+class NodeConfigSerializer(serializers.Serializer):
+    """A node's sharing config: the mode, R (replicas per GPU) and the MIG layout of every GPU."""
+
+    mode = serializers.ChoiceField(choices=SharingMode.choices())
+    # No minimum here: an applied R is what GFD's label says (>= 2 once the device plugin shares);
+    # a desired R is checked by nodes.sharing.node_config (>= 2, the MPS client limit).
+    replicas = serializers.IntegerField(
+        allow_null=True,
+        help_text="R, replicas per GPU, for mps, mps-weighted and timeslice (at least 2 in a desired config); "
+        "null for exclusive and mig.",
+    )
+    mig_layout = serializers.DictField(
+        child=serializers.IntegerField(min_value=1), allow_null=True,
+        help_text='MIG profile to instance count on every GPU of the node, e.g. {"3g.40gb": 1, "2g.20gb": 2}; '
+        "null outside mig (and, applied, when the node's GPUs have different layouts).",
+    )
+
+
 class NodeSerializer(serializers.ModelSerializer):
-    """A node; expects a queryset passed through `with_usage()`."""
+    """A node; expects a queryset passed through `with_usage()` and `with_mig_layouts()`."""
 
     url = serializers.HyperlinkedIdentityField(view_name="nodes-api:node-detail", lookup_field="name")
     labels = LabelsField(read_only=True)
@@ -66,6 +85,20 @@ class NodeSerializer(serializers.ModelSerializer):
         read_only=True,
         allow_null=True,
         help_text="Mean of the node's GPUs' latest utilization; null when no GPU has reported.",
+    )
+
+    applied_config = serializers.SerializerMethodField(
+        help_text="The sharing config the cluster proves on the node (GFD labels, MIG devices)."
+    )
+    applied_config_name = serializers.CharField(
+        source="applied_config", read_only=True,
+        help_text="Name of the device-plugin (on MIG nodes, mig-parted) config the node's label selects.",
+    )
+    desired_config = serializers.SerializerMethodField(
+        help_text="The sharing config gpuplane wants on the node; null when it wants none in particular."
+    )
+    desired_config_name = serializers.SerializerMethodField(
+        help_text="The config name the desired config selects; empty when none is desired."
     )
 
     class Meta:
@@ -87,12 +120,27 @@ class NodeSerializer(serializers.ModelSerializer):
             "sharing_mode",
             "sharing_replicas",
             "applied_config",
+            "applied_config_name",
             "desired_config",
+            "desired_config_name",
             "last_seen",
             "gpus_allocated",
             "utilization_pct",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(NodeConfigSerializer)
+    def get_applied_config(self, node: Node) -> dict[str, Any]:
+        return applied_config(node).as_dict()
+
+    @extend_schema_field(NodeConfigSerializer(allow_null=True))
+    def get_desired_config(self, node: Node) -> dict[str, Any] | None:
+        config = desired_config(node)
+        return config.as_dict() if config is not None else None
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_desired_config_name(self, node: Node) -> str:
+        return desired_label_value(node)
 
 
 class LatestMetricField(serializers.FloatField):

@@ -14,13 +14,14 @@ from nodes.api.serializers import GPUSerializer, NodeSerializer, PartitionSerial
 from nodes.filtersets import GPUFilterSet, NodeFilterSet, PartitionFilterSet
 from nodes.holds import with_holder_id
 from nodes.models import GPU, Node, Partition
+from nodes.node_configs import with_mig_layouts
 
 # Kubernetes node names are DNS subdomains: dots are common, slashes impossible.
 NAME_IN_PATH = r"[^/]+"
 
 
 class NodeViewSet(ReadOnlyModelViewSet):
-    queryset = with_usage(Node.objects.all())
+    queryset = with_mig_layouts(with_usage(Node.objects.all()))
     serializer_class = NodeSerializer
     filterset_class = NodeFilterSet
     lookup_field = "name"

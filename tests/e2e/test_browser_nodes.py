@@ -40,7 +40,7 @@ def demo_cluster() -> dict[str, Node]:
 
     mig = make_node(
         "gpu-mig-b", gpu_count=2, sharing_mode=SharingMode.MIG, partitions=False,
-        applied_config="gpuplane-gpu-mig-b", desired_config="gpuplane-gpu-mig-b",
+        applied_config="gpuplane-gpu-mig-b",
         labels={"nvidia.com/mig.config": "gpuplane-gpu-mig-b", "kubernetes.io/hostname": "gpu-mig-b"},
     )
     deployment = Deployment.objects.create(name="llama", model="llama-3-8b", memory_mib=30000, namespace="ml")

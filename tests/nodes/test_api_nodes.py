@@ -48,7 +48,8 @@ def test_it_lists_nodes_with_every_contract_field(viewer_api, fleet):
     assert set(row) >= {
         "name", "url", "gpu_model", "gpu_count", "sharing_mode", "sharing_replicas", "ready", "cordoned",
         "labels", "taints", "gpu_product", "cpu_allocatable_milli", "memory_allocatable_mib",
-        "applied_config", "desired_config", "last_seen", "gpus_allocated", "utilization_pct",
+        "applied_config", "applied_config_name", "desired_config", "desired_config_name", "last_seen",
+        "gpus_allocated", "utilization_pct",
     }
     assert row["url"] == "http://testserver/api/v1/nodes/a100-c/"
     assert (row["gpu_model"], row["gpu_count"], row["sharing_mode"], row["sharing_replicas"]) == (
@@ -241,8 +242,9 @@ def test_it_lists_nodes_in_a_constant_number_of_queries(viewer_api, db, django_a
         make_node(f"n{i:02d}", gpu_count=4)
     GPU.objects.update(utilization_pct=25.0, allocated_milli=250)
 
-    # role lookup + count + one page query with the GPU aggregates: no query per node.
-    with django_assert_max_num_queries(3):
+    # role lookup + count + one page query with the GPU aggregates + the page's MIG GPUs and their
+    # instances (applied_config; the second is skipped when there are none): no query per node.
+    with django_assert_max_num_queries(5):
         response = viewer_api.get("/api/v1/nodes/?has_free_gpu=false&ordering=-utilization_pct")
 
     assert response.status_code == 200, response.content[:300]

@@ -65,7 +65,7 @@ def cluster() -> dict[str, Node]:
             make_partition(gpu, slot, PartitionKind.MPS, 250, H100_MIB // 4, pod="ml/bert-0" if (index, slot) == (0, 0) else "")
     mig_node = Node.objects.create(
         name="gpu-mig-b", gpu_model=H100, gpu_count=1, sharing_mode=SharingMode.MIG,
-        applied_config="all-disabled", desired_config="gpuplane-gpu-mig-b",
+        applied_config="all-disabled", desired_config={"mode": "mig", "replicas": None, "mig_layout": {"7g.80gb": 1}},
         labels={"nvidia.com/mig.config": "gpuplane-gpu-mig-b"},
         taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
     )
@@ -266,7 +266,8 @@ def test_the_detail_lists_gpus_and_their_partitions(viewer_client, cluster):
 def test_the_detail_shows_sharing_config_labels_and_taints(viewer_client, cluster):
     body = viewer_client.get("/nodes/gpu-mig-b/").content.decode()
     assert "<code>all-disabled</code>" in body
-    assert "<code>gpuplane-gpu-mig-b</code>" in body
+    # Desired: one 7g.80gb per GPU; the GPU runs 3g.40gb + 2g.20gb, so the change is pending.
+    assert "MIG 1x7g.80gb (<code>gpuplane-mig-1x7g.80gb</code>)" in body
     assert "change pending" in body
     assert "<details" in body
     assert "<code>nvidia.com/mig.config=gpuplane-gpu-mig-b</code>" in body
