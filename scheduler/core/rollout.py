@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 SKIP_AT_TARGET = "already at the target config"
 SKIP_DO_NOT_DISRUPT = "holds do-not-disrupt workload {workloads}: gpuplane never evicts it, so the node cannot be drained"
@@ -69,8 +70,14 @@ Placer = Callable[[RolloutWorkload, Mapping[str, int]], "str | None"]
 def best_fit(workload: RolloutWorkload, free: Mapping[str, int]) -> str | None:
     """The candidate with the least free capacity that still holds the workload (ties: the earlier
     candidate), so big holes stay open for big workloads."""
-    fitting = [(room, position, name) for position, (name, room) in enumerate(free.items()) if room >= workload.size_milli]
-    return min(fitting)[2] if fitting else None
+    need = workload.size_milli
+    best: str | None = None
+    best_room = 0
+    for name, room in free.items():
+        # Strictly less: on a tie the earlier candidate stays.
+        if room >= need and (best is None or room < best_room):
+            best, best_room = name, room
+    return best
 
 
 @dataclass(frozen=True)
@@ -209,7 +216,8 @@ def plan_rollout(
         group = pending[start : start + max_unavailable]
         in_batch = {node.name for node in group}
         waiting -= in_batch
-        steps = [state.evacuate(node, in_batch, waiting, placer) for node in group]
+        state.open_batch(in_batch, waiting)
+        steps = [state.evacuate(node, placer) for node in group]
         for step in steps:
             refusals.extend(step.refusals)
         state.finish(group)
@@ -223,25 +231,40 @@ class _ClusterState:
     """Where each workload is as the plan goes on, and the free capacity that leaves."""
 
     def __init__(self, cluster: Sequence[RolloutNode]) -> None:
-        self.nodes = {node.name: node for node in cluster}
         self.capacity = {node.name: node.capacity_milli for node in cluster}
         self.resident: dict[str, list[RolloutWorkload]] = {node.name: list(node.workloads) for node in cluster}
+        # Kept as moves happen, so a placement costs one pass over the hosts, not over every workload.
+        self.used = {node.name: node.used_milli for node in cluster}
+        self.hosts = sorted(node.name for node in cluster if node.schedulable)
+        self.settled: dict[str, int] = {}
+        self.later: dict[str, int] = {}
+
+    def open_batch(self, in_batch: set[str], waiting: set[str]) -> None:
+        """The batch's candidate hosts, free capacity per host, in name order: those that will not
+        change again, then the targets still waiting their turn. Updated as moves happen."""
+        hosts = [name for name in self.hosts if name not in in_batch]
+        self.settled = {name: self.free(name) for name in hosts if name not in waiting}
+        self.later = {name: self.free(name) for name in hosts if name in waiting}
 
     def free(self, name: str) -> int:
-        return self.capacity[name] - sum(w.size_milli for w in self.resident[name])
+        return self.capacity[name] - self.used[name]
 
-    def evacuate(self, node: RolloutNode, in_batch: set[str], waiting: set[str], placer: Placer) -> NodeStep:
+    def evacuate(self, node: RolloutNode, placer: Placer) -> NodeStep:
         # Biggest first: they are the hardest to place, and the order stays stable by key.
         leaving = sorted(self.resident[node.name], key=lambda w: (-w.size_milli, w.key))
         moves: list[Move] = []
         refusals: list[Refusal] = []
         for workload in leaving:
-            destination, reason = self._place(workload, in_batch, waiting, placer)
+            destination, reason = self._place(workload, placer)
             if destination is None:
                 refusals.append(Refusal(workload.key, node.name, reason))
                 continue
             self.resident[node.name].remove(workload)
             self.resident[destination].append(workload)
+            self.used[node.name] -= workload.size_milli
+            self.used[destination] += workload.size_milli
+            candidates = self.settled if destination in self.settled else self.later
+            candidates[destination] -= workload.size_milli
             moves.append(Move(workload.key, workload.size_milli, node.name, destination))
         return NodeStep(node.name, node.config, tuple(moves), tuple(refusals), node.capacity_milli)
 
@@ -250,20 +273,14 @@ class _ClusterState:
             if node.capacity_after_milli is not None:
                 self.capacity[node.name] = node.capacity_after_milli
 
-    def _place(
-        self, workload: RolloutWorkload, in_batch: set[str], waiting: set[str], placer: Placer
-    ) -> tuple[str | None, str]:
-        hosts = [
-            name for name, node in sorted(self.nodes.items()) if node.schedulable and name not in in_batch
-        ]
-        settled = {name: self.free(name) for name in hosts if name not in waiting}
-        later = {name: self.free(name) for name in hosts if name in waiting}
+    def _place(self, workload: RolloutWorkload, placer: Placer) -> tuple[str | None, str]:
+        settled, later = self.settled, self.later
         reason = ""
         for candidates in (settled, later):
             if not candidates:
                 continue
             try:
-                chosen = placer(workload, candidates)
+                chosen = placer(workload, MappingProxyType(candidates))
             except NoRoom as exc:
                 reason = str(exc)
                 continue

@@ -154,7 +154,7 @@ def clusters(draw):
     return nodes, targets
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters(), st.integers(1, 4))
 def test_plan_properties(cluster_and_targets, max_unavailable):
     cluster, targets = cluster_and_targets
@@ -180,7 +180,7 @@ def test_plan_properties(cluster_and_targets, max_unavailable):
     assert all(r.node in batched for r in plan.refusals)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(clusters(), st.integers(1, 4))
 def test_moves_never_overfill_a_node(cluster_and_targets, max_unavailable):
     cluster, targets = cluster_and_targets
