@@ -30,8 +30,8 @@ from nodes.contract import (
     LABEL_SHARING_MODE,
     SHARING_MODE_LABEL_WEIGHTED,
 )
-from nodes.sharing.device_plugin import check_mps_client_limit, device_plugin_config
-from nodes.sharing.mig_parted import validate_mig_entries
+from nodes.sharing.device_plugin import check_mps_client_limit, device_plugin_config, device_plugin_configmap
+from nodes.sharing.mig_parted import mig_parted_configmap, validate_mig_entries
 from nodes.sharing.schema import InvalidSharingConfig
 from nodes.vocabulary import SharingMode
 
@@ -202,6 +202,27 @@ def render_mig_parted_entries(config: NodeConfig) -> tuple[str, list[dict[str, A
     if config.mode != SharingMode.MIG or not config.mig_layout:
         return MIG_DISABLED_CONFIG, [{"devices": "all", "mig-enabled": False}]
     return mig_config_name(config), [_mig_entry(dict(config.mig_layout))]
+
+
+def render_configmaps(configs: Iterable[NodeConfig], *, model: ModelRef = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The device-plugin ConfigMap and the mig-parted ConfigMap holding every named config ``configs`` select.
+
+    Each distinct config appears once under its name (``all-disabled`` is always in the mig-parted
+    one, so a node can always leave MIG); both documents pass NVIDIA's checks, the MIG layouts for
+    ``model`` when given. The GPU operator reads them from its namespace (ClusterPolicy
+    ``devicePlugin.config.name`` and ``migManager.config.name``).
+    """
+    plugin: dict[str, dict[str, Any]] = {}
+    mig: dict[str, list[Mapping[str, Any]]] = dict([render_mig_parted_entries(NodeConfig(SharingMode.EXCLUSIVE))])
+    for config in configs:
+        name, body = render_device_plugin_config(config)
+        plugin[name] = body
+        mig_name, entries = render_mig_parted_entries(config)
+        mig[mig_name] = entries
+    return (
+        device_plugin_configmap(dict(sorted(plugin.items()))),
+        mig_parted_configmap(dict(sorted(mig.items())), model=model),
+    )
 
 
 def node_labels(config: NodeConfig, *, mig_capable: bool) -> dict[str, str | None]:

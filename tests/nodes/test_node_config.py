@@ -25,6 +25,7 @@ from nodes.sharing.node_config import (
     mig_config_name,
     node_labels,
     parse_node_config,
+    render_configmaps,
     render_device_plugin_config,
     render_mig_parted_entries,
 )
@@ -197,6 +198,28 @@ def test_other_modes_select_mig_parteds_all_disabled():
     assert render_mig_parted_entries(parse_node_config({"mode": "mps", "replicas": 2})) == (
         "all-disabled", [{"devices": "all", "mig-enabled": False}]
     )
+
+
+def test_the_configmaps_hold_each_selected_config_once():
+    """GPU operator docs (gpu-sharing, mig-manager): one ConfigMap of named device plugin configs in
+    the operator's namespace, and one ConfigMap whose ``config.yaml`` is the mig-parted file."""
+    configs = [
+        parse_node_config({"mode": "mps", "replicas": 4}),
+        parse_node_config({"mode": "mps", "replicas": 4}),
+        parse_node_config({"mode": "mig", "mig_layout": {"1g.10gb": 7}}, model=H100),
+    ]
+    plugin, mig = render_configmaps(configs, model=H100)
+    assert (plugin["metadata"]["namespace"], mig["metadata"]["namespace"]) == ("gpu-operator", "gpu-operator")
+    assert list(plugin["data"]) == ["gpuplane-mig-mixed", "gpuplane-mps-4"]
+    assert yaml.safe_load(plugin["data"]["gpuplane-mig-mixed"]) == {"version": "v1", "flags": {"migStrategy": "mixed"}}
+    parted = yaml.safe_load(mig["data"]["config.yaml"])
+    assert parted == {
+        "version": "v1",
+        "mig-configs": {
+            "all-disabled": [{"devices": "all", "mig-enabled": False}],
+            "gpuplane-mig-7x1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}],
+        },
+    }
 
 
 def test_a_long_mig_config_name_stays_a_valid_label_value():
