@@ -213,7 +213,7 @@ def render_configmaps(configs: Iterable[NodeConfig], *, model: ModelRef = None) 
     ``devicePlugin.config.name`` and ``migManager.config.name``).
     """
     plugin: dict[str, dict[str, Any]] = {}
-    mig: dict[str, list[Mapping[str, Any]]] = dict([render_mig_parted_entries(NodeConfig(SharingMode.EXCLUSIVE))])
+    mig: dict[str, list[dict[str, Any]]] = dict([render_mig_parted_entries(NodeConfig(SharingMode.EXCLUSIVE))])
     for config in configs:
         name, body = render_device_plugin_config(config)
         plugin[name] = body
@@ -221,7 +221,7 @@ def render_configmaps(configs: Iterable[NodeConfig], *, model: ModelRef = None) 
         mig[mig_name] = entries
     return (
         device_plugin_configmap(dict(sorted(plugin.items()))),
-        mig_parted_configmap(dict(sorted(mig.items())), model=model),
+        mig_parted_configmap({name: list[Mapping[str, Any]](entries) for name, entries in sorted(mig.items())}, model=model),
     )
 
 
