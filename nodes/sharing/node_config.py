@@ -52,6 +52,10 @@ class InvalidNodeConfig(InvalidSharingConfig):
         super().__init__(message)
         self.field = field
 
+    def field_errors(self) -> dict[str, list[str]]:
+        """``{field: [message]}``, the body of a 400 (DRF's ``ValidationError`` detail shape)."""
+        return {self.field: [str(self)]}
+
 
 ModelRef = GPUModel | str | None
 

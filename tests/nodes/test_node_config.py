@@ -88,6 +88,7 @@ def test_invalid_configs_are_refused_naming_the_field(data, field, message):
     with pytest.raises(InvalidNodeConfig, match=message) as caught:
         parse_node_config(data)
     assert caught.value.field == field
+    assert caught.value.field_errors() == {field: [str(caught.value)]}
     assert isinstance(caught.value, InvalidSharingConfig)
 
 
