@@ -221,9 +221,12 @@
 
   const STATE_LABELS = { ready: "schedulable", cordoned: "cordoned", notready: "not ready" };
 
-  /* How many tiles per line: one line for a few nodes, about 2.5 wide per line tall beyond. */
+  // Up to this many nodes, tiles are big enough to carry the node's name and utilization.
+  const LABELLED_TILES = 64;
+
+  /* How many tiles per line: up to 8 labelled tiles, else about 2.5 times as wide as tall. */
   function tileColumns(n) {
-    if (n <= 16) return Math.max(n, 1);
+    if (n <= LABELLED_TILES) return Math.max(1, Math.min(n, 8));
     return Math.min(n, Math.max(16, Math.ceil(Math.sqrt(n * 2.5))));
   }
 
@@ -241,6 +244,8 @@
     const silent = blank();
     const text = Array.from({ length: lines }, () => new Array(columns).fill(""));
     const names = blank();
+    const small = nodes.length <= LABELLED_TILES;
+    const annotations = [];
     nodes.forEach((row, k) => {
       const line = Math.floor(k / columns);
       const i = k % columns;
@@ -250,6 +255,14 @@
       const mean = row[col.utilization_pct];
       const power = row[col.power_w];
       names[line][i] = name;
+      if (small) {
+        const figure = mean === null ? "no telemetry" : `${mean.toFixed(0)} %`;
+        const dark = mean !== null && mean >= 50;
+        annotations.push({
+          x: i, y: line, text: `${name}<br><b>${figure}</b>`, showarrow: false, captureevents: false,
+          font: { size: 11, color: dark ? "#ffffff" : "#1f2430" },
+        });
+      }
       const state = row[col.state] === "ready" ? "" : ` · ${STATE_LABELS[row[col.state]] || row[col.state]}`;
       const head = `<b>${name}</b>${state}<br>${gpus} GPU${gpus === 1 ? "" : "s"} · allocated ${row[col.allocated]} GPU-eq.`;
       if (mean === null) {
@@ -262,7 +275,6 @@
       text[line][i] = `${head}<br>mean utilization ${mean.toFixed(0)} % (${reporting} of ${gpus} reporting)${watts}`;
     });
     const cells = { x, y, text, customdata: names, xgap: 2, ygap: 2, hoverinfo: "text", hoverongaps: false, type: "heatmap" };
-    const small = nodes.length <= 64;
     const traces = [
       { ...cells, z: silent, zmin: 0, zmax: 1, colorscale: [[0, NO_DATA], [1, NO_DATA]], showscale: false, name: "no telemetry" },
       {
@@ -273,21 +285,19 @@
         colorscale: HEAT_SCALE,
         name: "utilization",
         colorbar: { title: { text: "%", side: "top" }, thickness: 12, outlinewidth: 0, tickfont: { color: MUTED } },
-        // Numbers in the tiles while they are big enough to read.
-        texttemplate: small ? "%{z:.0f}" : "",
-        textfont: { size: 11 },
       },
     ];
     const hidden = { showticklabels: false, showgrid: false, zeroline: false, fixedrange: true, ticks: "" };
     const layout = {
       autosize: true,
-      height: Math.max(small ? 90 : 190, lines * (small ? 44 : 14) + 30),
+      height: Math.max(small ? 70 : 190, lines * (small ? 58 : 14) + 12),
       margin: { l: 4, r: 4, t: 6, b: 6 },
       font: FONT,
       paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "rgba(0,0,0,0)",
       xaxis: { ...hidden, range: [-0.5, columns - 0.5] },
       yaxis: { ...hidden, autorange: "reversed" },
+      annotations,
       uirevision: "heatmap",
     };
     return { traces, layout };

@@ -95,7 +95,8 @@ def test_the_overview_adds_up_and_agrees_with_the_api_and_metrics(
     assert part["idle"] == metric(metrics, "gpuplane_gpus_idle")[0]
     assert 0 < part["idle"] < len(gpus)
     power = sum(g["power_w"] for g in gpus if g["power_w"] is not None)
-    assert power == pytest.approx(sum(metric(metrics, "gpuplane_gpu_power_watts")))
+    assert power == pytest.approx(metric(metrics, "gpuplane_power_watts")[0])
+    assert power == pytest.approx(sum(metric(metrics, "gpuplane_node_power_watts")))
     # The demo's telemetry draws 12.2 kW: shown in kW to one decimal.
     assert card.locator('[data-figure="power"] [data-value]').inner_text() == f"{power / 1000:.1f} kW"
 
