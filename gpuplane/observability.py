@@ -27,6 +27,7 @@ from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -55,6 +56,14 @@ PLACEMENT_DECISION_SECONDS = Histogram(
 )
 
 MIB = 1024 * 1024
+_OPENMETRICS_EOF = b"# EOF\n"
+
+class _NodeRow(NamedTuple):
+    name: str
+    ready: bool
+    cordoned: bool
+    sharing_mode: str
+
 
 @dataclass(slots=True)
 class _GPURow:
@@ -75,9 +84,7 @@ class _GPURow:
 
 
 class InventoryCollector(Collector):
-    """Gauges computed from the database, in two queries (nodes, then GPUs), kept for one poll
-    interval (nodes.fleet.cached_per_poll: several Prometheus servers or a fast scrape interval
-    cost one computation per interval).
+    """Gauges computed from the database, in two queries (nodes, then GPUs).
 
     Cluster totals and one series per node for each figure; one series per GPU only with
     settings.GPUPLANE_METRICS_PER_GPU (off: 40,000 GPUs would be 200,000 series a scrape, and
@@ -87,12 +94,11 @@ class InventoryCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         per_gpu: bool = settings.GPUPLANE_METRICS_PER_GPU
-        variant = (per_gpu, settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT)
-        yield from cached_per_poll("metrics", lambda: list(self._families(per_gpu)), *variant)
-
-    def _families(self, per_gpu: bool) -> Iterator[Metric]:
         now = timezone.now()
-        nodes = {node.pk: node for node in Node.objects.only("id", "name", "ready", "cordoned", "sharing_mode")}
+        nodes = {
+            pk: _NodeRow(name, ready, cordoned, mode)
+            for pk, name, ready, cordoned, mode in Node.objects.values_list("id", "name", "ready", "cordoned", "sharing_mode")
+        }
         gpus = [
             _GPURow(*row)
             for row in GPU.objects.order_by("node_id", "index").values_list(
@@ -136,7 +142,7 @@ class InventoryCollector(Collector):
             yield from self._gpu_gauges(gpus, nodes, now)
 
     @staticmethod
-    def _gpu_gauges(gpus: Iterable[_GPURow], nodes: dict[int, Node], now: datetime) -> Iterator[Metric]:
+    def _gpu_gauges(gpus: Iterable[_GPURow], nodes: dict[int, _NodeRow], now: datetime) -> Iterator[Metric]:
         gpu_labels = ["node", "gpu", "uuid", "model"]
         utilization = GaugeMetricFamily("gpuplane_gpu_utilization_percent", "Latest GPU utilization reported.", labels=gpu_labels)
         memory_used = GaugeMetricFamily("gpuplane_gpu_memory_used_bytes", "Latest GPU memory used reported.", labels=gpu_labels)
@@ -168,7 +174,7 @@ def _age_s(now: datetime, sampled_at: datetime) -> float:
     return max(0.0, (now - sampled_at).total_seconds())
 
 
-def node_gauges(gpus: Iterable[_GPURow], nodes: dict[int, Node], now: datetime) -> Iterator[Metric]:
+def node_gauges(gpus: Iterable[_GPURow], nodes: dict[int, _NodeRow], now: datetime) -> Iterator[Metric]:
     """One series per node (with GPUs) for each figure: counted as the cluster totals are, so the
     node series of a figure add up to its cluster series."""
     by_node: dict[int, list[_GPURow]] = {}
@@ -247,4 +253,11 @@ class MetricsView(View):
             response["WWW-Authenticate"] = 'Bearer realm="gpuplane metrics"'
             return response
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        return HttpResponse(encoder(_ScrapeSources(process_registry(), InventoryCollector())), content_type=content_type)
+        # Process metrics live; the inventory's text kept for one poll interval (nodes.fleet:
+        # several Prometheus servers or a fast scrape interval cost one computation and one
+        # encoding per interval). Both are whole metric families, so the texts concatenate; the
+        # OpenMetrics end marker goes once, at the end.
+        variant = (content_type, settings.GPUPLANE_METRICS_PER_GPU, settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT)
+        inventory = cached_per_poll("metrics", lambda: encoder(_ScrapeSources(InventoryCollector())), *variant)
+        process = encoder(_ScrapeSources(process_registry())).removesuffix(_OPENMETRICS_EOF)
+        return HttpResponse(process + inventory, content_type=content_type)

@@ -13,9 +13,10 @@
 """
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from django.conf import settings
 from django.core.cache import caches
@@ -35,6 +36,11 @@ CACHE_ALIAS = "fleet"
 # The values of each row of node_tiles()["nodes"], in order.
 TILE_COLUMNS = ("name", "state", "gpus", "reporting", "utilization_pct", "power_w", "allocated")
 _NAME_PLACEHOLDER = "__node__"
+
+
+class _Flags(NamedTuple):
+    ready: bool
+    cordoned: bool
 
 
 def mig_share_corrections(node_ids: list[int] | None = None) -> dict[int, Fraction]:
@@ -87,7 +93,7 @@ def node_tiles() -> dict[str, Any]:
         allocated = Fraction(row["allocated_milli"] or 0, SHARE_MILLI_FULL) + corrections.get(node_id, Fraction(0))
         rows.append([
             name,
-            node_state(Node(ready=ready, cordoned=cordoned)),
+            node_state(_Flags(ready, cordoned)),
             row["gpus"],
             row["reporting"],
             _round(row["utilization"], 1),
@@ -114,7 +120,9 @@ def cached_per_poll(name: str, compute: Callable[[], T], *variant: object) -> T:
     `variant`: whatever else the result depends on (settings such as idle thresholds), so that
     changing it never serves an answer computed under the old value.
     """
-    key = ":".join(str(part) for part in (name, inventory_mark(), *variant))
+    # Hashed: a variant such as a content type holds spaces, which some cache backends refuse.
+    digest = hashlib.sha256(repr(variant).encode()).hexdigest()[:16]
+    key = f"{name}:{inventory_mark()}:{digest}"
     cache = caches[CACHE_ALIAS]
     value = cache.get(key)
     if value is None:

@@ -5,13 +5,16 @@ GPU-equivalents (nodes.figures: a whole GPU 1, a 3g MIG instance 3/7, an MPS slo
 replica 1/R, a weighted share its percentage) and in GB of memory, and partitions are counted
 per kind, each in its own unit ("3 of 32 time-slice replicas"). Idle and allocated GPUs are
 counted by the very functions /metrics uses (nodes.summaries.count_idle / is_allocated), so the
-page and gpuplane_gpus_idle / gpuplane_gpus_allocated agree. Four queries whatever the size.
+page and gpuplane_gpus_idle / gpuplane_gpus_allocated agree. Three queries whatever the size, and
+one plain row per GPU in Python (partitions are counted by the database).
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
+
+from django.db.models import Count, Exists, OuterRef
 
 from nodes.figures import format_gb, format_number, gpu_equivalent, largest_remainder
 from nodes.holds import occupied_partition_filter
@@ -28,7 +31,7 @@ _UNIT_NAMES: dict[str, tuple[str, str]] = {
     PartitionKind.TIMESLICE: ("time-slice replica", "time-slice replicas"),
 }
 _GPU_FIELDS = (
-    "id", "node_id", "mig_enabled", "memory_mib", "allocated_milli", "allocated_memory_mib",
+    "node_id", "mig_enabled", "memory_mib", "allocated_milli", "allocated_memory_mib",
     "utilization_pct", "memory_used_mib", "power_w",
 )
 
@@ -107,37 +110,71 @@ def _partitions_note(allocation: ModeAllocation) -> str:
     )
 
 
-def cluster_overview() -> ClusterOverview:
-    """The overview's figures from the inventory's rows (nodes, GPUs, partitions, held partitions)."""
-    mode_labels = dict(SharingMode.choices())
-    nodes = {node.pk: node for node in Node.objects.only("id", "ready", "cordoned", "sharing_mode")}
-    gpus = list(GPU.objects.only(*_GPU_FIELDS))
-    occupied = set(Partition.objects.filter(occupied_partition_filter()).values_list("pk", flat=True))
-    partitions_by_gpu: dict[int, list[tuple[int, str, int, str]]] = defaultdict(list)
-    for row in Partition.objects.values_list("pk", "gpu_id", "kind", "share_milli", "mig_profile"):
-        partitions_by_gpu[row[1]].append((row[0], row[2], row[3], row[4]))
+@dataclass(slots=True)
+class _GPUFigures:
+    """The columns the overview reads of one GPU (satisfies nodes.summaries.GPULike); a plain row
+    is a fraction of a model instance's cost, which counts at 40,000 GPUs."""
 
+    node_id: int
+    mig_enabled: bool
+    memory_mib: int
+    allocated_milli: int
+    allocated_memory_mib: int
+    utilization_pct: float | None
+    memory_used_mib: int | None
+    power_w: float | None
+    partitioned: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeFlags:
+    ready: bool
+    cordoned: bool
+
+
+def cluster_overview() -> ClusterOverview:
+    """The overview's figures from the inventory's rows: nodes, GPUs (one plain row each, for the
+    counts /metrics shares) and partitions counted by the database per mode, kind and size."""
+    mode_labels = dict(SharingMode.choices())
+    mode_of: dict[int, str] = {}
+    nodes: list[_NodeFlags] = []
+    for pk, ready, cordoned, mode in Node.objects.values_list("id", "ready", "cordoned", "sharing_mode"):
+        mode_of[pk] = mode
+        nodes.append(_NodeFlags(ready, cordoned))
+    gpus = [
+        _GPUFigures(*row)
+        for row in GPU.objects.annotate(partitioned=Exists(Partition.objects.filter(gpu=OuterRef("pk")))).values_list(
+            *_GPU_FIELDS, "partitioned"
+        )
+    ]
     by_mode: dict[str, ModeAllocation] = {}
+    unpartitioned_milli: Counter[str] = Counter()
     mig_on = 0
     for gpu in gpus:
-        mode = nodes[gpu.node_id].sharing_mode
-        allocation = by_mode.setdefault(mode, ModeAllocation(mode))
+        mode = mode_of[gpu.node_id]
+        allocation = by_mode.get(mode) or by_mode.setdefault(mode, ModeAllocation(mode))
         allocation.gpus += 1
         allocation.memory_mib += gpu.memory_mib
         allocation.memory_allocated_mib += gpu.allocated_memory_mib
         mig_on += gpu.mig_enabled and mode == SharingMode.MIG
-        partitions = partitions_by_gpu.get(gpu.pk, [])
-        if not partitions:  # no partition rows: the GPU's own counter is all there is
-            allocation.gpu_equivalents += Fraction(gpu.allocated_milli, SHARE_MILLI_FULL)
-        for pk, kind, share_milli, mig_profile in partitions:
-            allocation.partitions[kind] += 1
-            if pk in occupied:
-                allocation.partitions_used[kind] += 1
-                allocation.gpu_equivalents += gpu_equivalent(kind, share_milli, mig_profile)
+        if not gpu.partitioned:  # no partition rows: the GPU's own counter is all there is
+            unpartitioned_milli[mode] += gpu.allocated_milli
+    for mode, milli in unpartitioned_milli.items():
+        by_mode[mode].gpu_equivalents += Fraction(milli, SHARE_MILLI_FULL)
+    # Partitions of one mode, kind and size are alike: counted in SQL, weighed once per group.
+    groups = Partition.objects.values("gpu__node__sharing_mode", "kind", "share_milli", "mig_profile").annotate(
+        n=Count("id"), used=Count("id", filter=occupied_partition_filter())
+    ).order_by()
+    for group in groups:
+        allocation = by_mode[group["gpu__node__sharing_mode"]]
+        kind = group["kind"]
+        allocation.partitions[kind] += group["n"]
+        allocation.partitions_used[kind] += group["used"]
+        allocation.gpu_equivalents += gpu_equivalent(kind, group["share_milli"], group["mig_profile"]) * group["used"]
     modes = sorted(by_mode.values(), key=lambda a: (-a.gpus, a.mode))
     gpus_total = len(gpus)
 
-    state_counts = Counter(node_state(node) for node in nodes.values())
+    state_counts = Counter(node_state(node) for node in nodes)
     node_parts = [
         Part(label, str(state_counts[state]), _pct(state_counts[state], len(nodes)), note, state)
         for state, label, note in (

@@ -88,7 +88,17 @@ def is_allocated(gpu: GPULike) -> bool:
 NODE_STATES = ("ready", "cordoned", "notready")
 
 
-def node_state(node: Node) -> str:
+class NodeFlags(Protocol):
+    """What node_state reads (a Node satisfies it, and so does any row with these two fields)."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def cordoned(self) -> bool: ...
+
+
+def node_state(node: NodeFlags) -> str:
     """"notready" when not Ready (cordoned or not), else "cordoned" when cordoned, else "ready"."""
     if not node.ready:
         return "notready"
