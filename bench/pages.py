@@ -18,6 +18,11 @@ What it does, in one process:
      interval costs).
    Reported: the median wall and CPU (time.process_time, this process) milliseconds, the
    response's bytes, and the queries of one cold request.
+4. With `--browser`: serves the fleet on a live server thread and, in headless Debian chromium
+   (/usr/bin/chromium, through Playwright), signs in, waits until the overview has drawn its node
+   map, checks it has one tile per node, clicks the first tile and waits for that node's page to
+   list its GPUs. Reported: seconds to the drawn map and to the node page (`--screenshot DIR`
+   keeps both screenshots).
 
 The fleet cache is an in-memory cache here, so nothing is written under var/. DEBUG is off; the
 test client keeps one database connection for the run (as DATABASE_CONN_MAX_AGE > 0 does).
@@ -51,7 +56,45 @@ def _timed(client: Any, url: str) -> tuple[float, float, int]:
     return wall * 1000, cpu * 1000, len(response.content)
 
 
-def run(nodes: int, gpus_per_node: int, repeat: int) -> dict[str, Any]:
+def _browse(base: str, nodes: int, gpus_per_node: int, password: str, screenshots: Path | None) -> dict[str, Any]:
+    """The overview in a real browser at this fleet size, then a drill-down into the first node."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"], headless=True)
+        page = browser.new_page(viewport={"width": 1360, "height": 900})
+        page.goto(f"{base}/accounts/login/")
+        page.get_by_label("Username").fill("bench-viewer")
+        page.get_by_label("Password").fill(password)
+        start = time.perf_counter()
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_selector("[data-heatmap][data-loaded]", timeout=120_000)
+        map_s = time.perf_counter() - start
+        tiles = page.evaluate(
+            """() => { const d = document.querySelector('[data-heatmap-chart]').data;
+                       return d[0].z.flat().filter((v) => v !== null).length + d[1].z.flat().filter((v) => v !== null).length; }"""
+        )
+        if tiles != nodes:
+            raise RuntimeError(f"the node map drew {tiles} tiles for {nodes} nodes")
+        expect(page.locator("[data-heatmap-meta]")).to_contain_text(f"{nodes} nodes · ")
+        if screenshots:
+            page.screenshot(path=str(screenshots / "overview.png"), full_page=False)
+        columns = len(page.evaluate("() => document.querySelector('[data-heatmap-chart]').data[1].z[0]"))
+        lines = len(page.evaluate("() => document.querySelector('[data-heatmap-chart]').data[1].z"))
+        box = page.locator("[data-heatmap] .nsewdrag").first.bounding_box()
+        assert box is not None
+        start = time.perf_counter()
+        page.mouse.click(box["x"] + box["width"] * 0.5 / columns, box["y"] + box["height"] * 0.5 / lines)
+        page.wait_for_url(f"{base}/nodes/bench-00000/", timeout=60_000)
+        expect(page.get_by_role("link", name=f"GPU {gpus_per_node - 1}").first).to_be_visible()
+        node_s = time.perf_counter() - start
+        if screenshots:
+            page.screenshot(path=str(screenshots / "node.png"), full_page=False)
+        browser.close()
+    return {"tiles": tiles, "overview_drawn_s": round(map_s, 2), "node_page_s": round(node_s, 2)}
+
+
+def run(nodes: int, gpus_per_node: int, repeat: int, browser: bool = False, screenshots: Path | None = None) -> dict[str, Any]:
     """Run the benchmark on a throw-away database; return the figures (see the module docstring)."""
     import django
 
@@ -91,7 +134,8 @@ def run(nodes: int, gpus_per_node: int, repeat: int) -> dict[str, Any]:
             build0 = time.perf_counter()
             make_fleet(nodes, gpus_per_node, prefix="bench", sampled_at=timezone.now() - timedelta(seconds=5))
             build_s = time.perf_counter() - build0
-            user = User.objects.create_user("bench-viewer", password="unused-bench-password")
+            password = f"bench-{os.getpid()}-{time.time_ns()}"
+            user = User.objects.create_user("bench-viewer", password=password)
             user.groups.add(Group.objects.get_or_create(name=VIEWER)[0])
             client = Client()
             client.force_login(user)
@@ -117,6 +161,21 @@ def run(nodes: int, gpus_per_node: int, repeat: int) -> dict[str, Any]:
                     "bytes": cold[-1][2],
                     "queries_cold": query_count,
                 }
+            browsed = None
+            if browser:
+                from django.contrib.staticfiles.handlers import StaticFilesHandler
+                from django.test.testcases import LiveServerThread
+
+                server = LiveServerThread("127.0.0.1", StaticFilesHandler, port=0)
+                server.daemon = True
+                server.start()
+                server.is_ready.wait()
+                if server.error:
+                    raise server.error
+                try:
+                    browsed = _browse(f"http://127.0.0.1:{server.port}", nodes, gpus_per_node, password, screenshots)
+                finally:
+                    server.terminate()
         if connection.vendor == "sqlite":
             database = f"sqlite {connection.Database.sqlite_version}"
         else:
@@ -133,6 +192,7 @@ def run(nodes: int, gpus_per_node: int, repeat: int) -> dict[str, Any]:
         "repeat": repeat,
         "build_s": round(build_s, 1),
         "pages": figures,
+        "browser": browsed,
         "database": database,
         "python": platform.python_version(),
         "django": django.get_version(),
@@ -146,11 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3, help="cold and warm requests per page (medians reported)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--browser", action="store_true", help="also load the overview and a node in chromium")
+    parser.add_argument("--screenshot", type=Path, help="with --browser: a folder for the screenshots")
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.gpus_per_node < 1 or args.repeat < 1:
         parser.error("--nodes, --gpus-per-node and --repeat must be at least 1")
 
-    result = run(args.nodes, args.gpus_per_node, args.repeat)
+    result = run(args.nodes, args.gpus_per_node, args.repeat, args.browser, args.screenshot)
     if args.json:
         print(json.dumps(result), flush=True)
         return 0
@@ -160,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, row in result["pages"].items():
         print(f"  {name:<14}{row['cold_wall_ms']:>10.1f}{row['cold_cpu_ms']:>13.1f}{row['warm_wall_ms']:>10.1f}"
               f"{row['bytes']:>12,}{row['queries_cold']:>9}")
+    if result["browser"]:
+        b = result["browser"]
+        print(f"  browser: {b['tiles']:,} tiles drawn {b['overview_drawn_s']} s after sign-in; node page in {b['node_page_s']} s")
     return 0
 
 
