@@ -2,10 +2,12 @@
 
 Two sources are exposed on each scrape:
 
-- Inventory and telemetry gauges, read from the database by InventoryCollector at scrape time
-  (so every web process answers the same, and nothing goes stale between scrapes): GPUs by
-  sharing mode, allocated and idle GPUs, per-GPU utilization / memory / power / temperature and
-  telemetry age, nodes by state.
+- Inventory and telemetry gauges, read from the database by InventoryCollector and kept for one
+  telemetry poll interval in the shared "fleet" cache (so every web process answers the same):
+  GPUs by sharing mode, allocated and idle GPUs, power, nodes by state, and per node its GPUs,
+  allocated and idle GPUs, mean utilization, memory used, power and telemetry age. Per-GPU
+  utilization / memory / power / temperature / age only with GPUPLANE_METRICS_PER_GPU=true
+  (DCGM's exporter is the per-GPU source).
 - Process metrics registered with prometheus_client's default registry: the placement decision
   latency histogram below and the gpuplane_* counters that later features declare in this
   module, plus the client's own python_* / process_* metrics. With several web or worker
@@ -23,7 +25,9 @@ import hmac
 import os
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -35,6 +39,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from nodes.fleet import cached_per_poll
 from nodes.models import GPU, Node
 from nodes.summaries import NODE_STATES, count_idle, is_allocated, node_state
 from nodes.vocabulary import SharingMode
@@ -51,24 +56,56 @@ PLACEMENT_DECISION_SECONDS = Histogram(
 )
 
 MIB = 1024 * 1024
+_OPENMETRICS_EOF = b"# EOF\n"
+
+class _NodeRow(NamedTuple):
+    name: str
+    ready: bool
+    cordoned: bool
+    sharing_mode: str
+
+
+@dataclass(slots=True)
+class _GPURow:
+    """The columns a scrape reads of one GPU (satisfies nodes.summaries.GPULike), lighter than a model."""
+
+    node_id: int
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    allocated_milli: int
+    allocated_memory_mib: int
+    utilization_pct: float | None
+    memory_used_mib: int | None
+    power_w: float | None
+    temperature_c: float | None
+    sampled_at: datetime | None
+
 
 class InventoryCollector(Collector):
-    """Gauges computed from the database on each scrape, in two queries (nodes, then GPUs).
+    """Gauges computed from the database, in two queries (nodes, then GPUs).
 
-    Per-GPU telemetry series exist only for figures a collector has reported: a GPU that never
-    reported has no utilization, power, temperature or age sample (absent, not 0), so alerts on
-    `absent()` or staleness work as Prometheus users expect.
+    Cluster totals and one series per node for each figure; one series per GPU only with
+    settings.GPUPLANE_METRICS_PER_GPU (off: 40,000 GPUs would be 200,000 series a scrape, and
+    NVIDIA's DCGM exporter already exports them). A figure nothing reported has no series (absent,
+    not 0), so alerts on `absent()` or staleness work as Prometheus users expect.
     """
 
     def collect(self) -> Iterator[Metric]:
+        per_gpu: bool = settings.GPUPLANE_METRICS_PER_GPU
         now = timezone.now()
-        nodes = {node.pk: node for node in Node.objects.all()}
-        gpus = list(
-            GPU.objects.only(
+        nodes = {
+            pk: _NodeRow(name, ready, cordoned, mode)
+            for pk, name, ready, cordoned, mode in Node.objects.values_list("id", "name", "ready", "cordoned", "sharing_mode")
+        }
+        gpus = [
+            _GPURow(*row)
+            for row in GPU.objects.order_by("node_id", "index").values_list(
                 "node_id", "index", "uuid", "model", "memory_mib", "allocated_milli", "allocated_memory_mib",
                 "utilization_pct", "memory_used_mib", "power_w", "temperature_c", "sampled_at",
-            ).order_by("node_id", "index")
-        )
+            )
+        ]
         by_mode = GaugeMetricFamily("gpuplane_gpus", "GPUs known to gpuplane, by their node's sharing mode.", labels=["sharing_mode"])
         mode_counts = Tally(nodes[gpu.node_id].sharing_mode for gpu in gpus)
         # Every mode always has a series (0 included), so dashboards do not show "no data".
@@ -87,6 +124,9 @@ class InventoryCollector(Collector):
             f"{settings.IDLE_MEMORY_PCT} % of total; without telemetry, nothing allocated.",
             value=count_idle(gpus),
         )
+        powers = [gpu.power_w for gpu in gpus if gpu.power_w is not None]
+        if powers:  # absent, not 0, while no GPU has reported power
+            yield GaugeMetricFamily("gpuplane_power_watts", "Latest power draw of every GPU that reported it, summed.", value=sum(powers))
 
         node_states = GaugeMetricFamily(
             "gpuplane_nodes", "Nodes by state: notready (whether cordoned or not), cordoned (ready), ready (schedulable).",
@@ -97,10 +137,12 @@ class InventoryCollector(Collector):
             node_states.add_metric([state], state_counts.get(state, 0))
         yield node_states
 
-        yield from self._gpu_gauges(gpus, nodes, now)
+        yield from node_gauges(gpus, nodes, now)
+        if per_gpu:
+            yield from self._gpu_gauges(gpus, nodes, now)
 
     @staticmethod
-    def _gpu_gauges(gpus: Iterable[GPU], nodes: dict[int, Node], now: datetime) -> Iterator[Metric]:
+    def _gpu_gauges(gpus: Iterable[_GPURow], nodes: dict[int, _NodeRow], now: datetime) -> Iterator[Metric]:
         gpu_labels = ["node", "gpu", "uuid", "model"]
         utilization = GaugeMetricFamily("gpuplane_gpu_utilization_percent", "Latest GPU utilization reported.", labels=gpu_labels)
         memory_used = GaugeMetricFamily("gpuplane_gpu_memory_used_bytes", "Latest GPU memory used reported.", labels=gpu_labels)
@@ -123,9 +165,51 @@ class InventoryCollector(Collector):
             if gpu.temperature_c is not None:
                 temperature.add_metric(labels, gpu.temperature_c)
             if gpu.sampled_at is not None:
-                # A sample stamped slightly ahead of this clock (agent skew) is 0 s old, not negative.
-                age.add_metric([node_name, str(gpu.index)], max(0.0, (now - gpu.sampled_at).total_seconds()))
+                age.add_metric([node_name, str(gpu.index)], _age_s(now, gpu.sampled_at))
         yield from (utilization, memory_used, power, temperature, age)
+
+
+def _age_s(now: datetime, sampled_at: datetime) -> float:
+    # A sample stamped slightly ahead of this clock (agent skew) is 0 s old, not negative.
+    return max(0.0, (now - sampled_at).total_seconds())
+
+
+def node_gauges(gpus: Iterable[_GPURow], nodes: dict[int, _NodeRow], now: datetime) -> Iterator[Metric]:
+    """One series per node (with GPUs) for each figure: counted as the cluster totals are, so the
+    node series of a figure add up to its cluster series."""
+    by_node: dict[int, list[_GPURow]] = {}
+    for gpu in gpus:
+        by_node.setdefault(gpu.node_id, []).append(gpu)
+    labels = ["node"]
+    count = GaugeMetricFamily("gpuplane_node_gpus", "GPUs on the node.", labels=labels)
+    allocated = GaugeMetricFamily("gpuplane_node_gpus_allocated", "The node's GPUs with anything handed out.", labels=labels)
+    idle = GaugeMetricFamily("gpuplane_node_gpus_idle", "The node's GPUs idle, as gpuplane_gpus_idle counts them.", labels=labels)
+    utilization = GaugeMetricFamily(
+        "gpuplane_node_utilization_percent", "Mean latest utilization of the node's GPUs that reported one.", labels=labels
+    )
+    memory_used = GaugeMetricFamily("gpuplane_node_memory_used_bytes", "Latest memory used on the node's GPUs, summed.", labels=labels)
+    power = GaugeMetricFamily("gpuplane_node_power_watts", "Latest power draw of the node's GPUs, summed.", labels=labels)
+    age = GaugeMetricFamily(
+        "gpuplane_node_telemetry_age_seconds", "Seconds since the node's stalest GPU telemetry sample was taken.", labels=labels
+    )
+    for node_id, node_gpus in by_node.items():
+        name = [nodes[node_id].name]
+        count.add_metric(name, len(node_gpus))
+        allocated.add_metric(name, sum(1 for gpu in node_gpus if is_allocated(gpu)))
+        idle.add_metric(name, count_idle(node_gpus))
+        utilizations = [gpu.utilization_pct for gpu in node_gpus if gpu.utilization_pct is not None]
+        if utilizations:
+            utilization.add_metric(name, sum(utilizations) / len(utilizations))
+        used = [gpu.memory_used_mib for gpu in node_gpus if gpu.memory_used_mib is not None]
+        if used:
+            memory_used.add_metric(name, sum(used) * MIB)
+        powers = [gpu.power_w for gpu in node_gpus if gpu.power_w is not None]
+        if powers:
+            power.add_metric(name, sum(powers))
+        sampled = [gpu.sampled_at for gpu in node_gpus if gpu.sampled_at is not None]
+        if sampled:
+            age.add_metric(name, _age_s(now, min(sampled)))
+    yield from (count, allocated, idle, utilization, memory_used, power, age)
 
 
 class _ScrapeSources(Collector):
@@ -169,4 +253,11 @@ class MetricsView(View):
             response["WWW-Authenticate"] = 'Bearer realm="gpuplane metrics"'
             return response
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        return HttpResponse(encoder(_ScrapeSources(process_registry(), InventoryCollector())), content_type=content_type)
+        # Process metrics live; the inventory's text kept for one poll interval (nodes.fleet:
+        # several Prometheus servers or a fast scrape interval cost one computation and one
+        # encoding per interval). Both are whole metric families, so the texts concatenate; the
+        # OpenMetrics end marker goes once, at the end.
+        variant = (content_type, settings.GPUPLANE_METRICS_PER_GPU, settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT)
+        inventory = cached_per_poll("metrics", lambda: encoder(_ScrapeSources(InventoryCollector())), *variant)
+        process = encoder(_ScrapeSources(process_registry())).removesuffix(_OPENMETRICS_EOF)
+        return HttpResponse(process + inventory, content_type=content_type)

@@ -203,6 +203,13 @@ if REDIS_URL:
 else:
     CACHES["ratelimit"] = {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
                            "LOCATION": str(VAR_DIR / "ratelimit-cache")}
+# The fleet pages' and /metrics' figures, kept for one telemetry poll interval (nodes/fleet.py);
+# shared by every web worker so a fleet is summarised once per interval, not once per worker.
+if REDIS_URL:
+    CACHES["fleet"] = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                       "KEY_PREFIX": "gpuplane-fleet"}
+else:
+    CACHES["fleet"] = {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / "fleet-cache")}
 RATELIMIT_USE_CACHE = "ratelimit"
 RATELIMIT_IP_META_KEY = "gpuplane.ratelimits.client_address"
 # Behind a reverse proxy every request comes from the proxy: name the header it sets with the
@@ -268,6 +275,9 @@ IDLE_UTILIZATION_PCT = env_int("GPUPLANE_IDLE_UTILIZATION_PCT", 30, minimum=0)
 IDLE_MEMORY_PCT = env_int("GPUPLANE_IDLE_MEMORY_PCT", 50, minimum=0)
 # Bearer token Prometheus must send to GET /metrics; empty = /metrics is open (gpuplane/observability.py).
 GPUPLANE_METRICS_TOKEN = env_str("GPUPLANE_METRICS_TOKEN", "")
+# Per-GPU series on /metrics (utilization, memory, power, temperature, telemetry age). Off: a fleet
+# of 40,000 GPUs would be 200,000 series per scrape, and NVIDIA's DCGM exporter already exports them.
+GPUPLANE_METRICS_PER_GPU = env_bool("GPUPLANE_METRICS_PER_GPU", False)
 
 # --- Placement (DESIGN.md section 3; scheduler/services.py) ---------------------------------
 # The scheduling profile deploys use: "balanced" (the seed's weights) or "packing", or one of

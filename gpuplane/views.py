@@ -13,9 +13,9 @@ from django.db.models import Count
 from django.views.generic import TemplateView
 
 from gpuplane.web import RoleRequiredMixin
+from nodes.fleet import cached_per_poll, node_tiles
 from nodes.models import GPU
-from nodes.overview import cluster_overview
-from nodes.summaries import cluster_heatmap
+from nodes.overview import ClusterOverview, cluster_overview
 
 
 @dataclass(frozen=True)
@@ -33,17 +33,27 @@ def _rows(pairs: list[tuple[str, int]]) -> list[CountRow]:
     return [CountRow(label, count, round(count * 100 / total) if total else 0) for label, count in pairs]
 
 
+def _overview_figures() -> tuple[ClusterOverview, list[tuple[str, int]]]:
+    """The overview's cards and its GPUs by model: what the cache keeps."""
+    by_model = GPU.objects.values("model").annotate(n=Count("id")).order_by("-n", "model")
+    return cluster_overview(), [(row["model"] or "Unknown model", row["n"]) for row in by_model]
+
+
 class OverviewView(RoleRequiredMixin, TemplateView):
     """`/`: cluster summary cards (nodes, GPUs, allocation in GPU-equivalents and memory, GPUs by
-    model, allocation by sharing mode) and the utilization heatmap (nodes x GPUs). The figures
-    come from nodes.overview; every count is shown with a breakdown that adds up to it."""
+    model, allocation by sharing mode) and the node map (one tile per node, drilling down to its
+    page's GPUs). The figures come from nodes.overview and nodes.fleet; every count is shown with
+    a breakdown that adds up to it."""
 
     template_name = "nodes/overview.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        overview = cluster_overview()
-        by_model = GPU.objects.values("model").annotate(n=Count("id")).order_by("-n", "model")
+        # The figures are the same for every viewer: computed once per poll interval (and again
+        # whenever the inventory changes), not once per page view. The page itself is rendered per
+        # request (its header names the user and carries a CSRF token).
+        thresholds = (settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT)
+        overview, by_model = cached_per_poll("overview", _overview_figures, *thresholds)
         memory_by_mode = {part.key: part for part in overview.memory_parts}
         allocation_by_mode = {part.key: part for part in overview.allocation_parts}
         context.update(
@@ -57,11 +67,11 @@ class OverviewView(RoleRequiredMixin, TemplateView):
                 }
                 for part in overview.mode_parts
             ],
-            gpus_by_model=_rows([(row["model"] or "Unknown model", row["n"]) for row in by_model]),
+            gpus_by_model=_rows(by_model),
             idle_utilization_pct=settings.IDLE_UTILIZATION_PCT,
             idle_memory_pct=settings.IDLE_MEMORY_PCT,
-            # Drawn by static/js/charts.js, which refreshes it from /api/v1/heatmap/.
-            heatmap=cluster_heatmap(),
+            # One tile per node, drawn by static/js/charts.js, which refreshes it from /api/v1/heatmap/.
+            heatmap=cached_per_poll("node-tiles", node_tiles),  # the same entry as the API's
             telemetry_interval_s=settings.TELEMETRY_POLL_INTERVAL_S,
         )
         return context

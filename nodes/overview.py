@@ -5,13 +5,17 @@ GPU-equivalents (nodes.figures: a whole GPU 1, a 3g MIG instance 3/7, an MPS slo
 replica 1/R, a weighted share its percentage) and in GB of memory, and partitions are counted
 per kind, each in its own unit ("3 of 32 time-slice replicas"). Idle and allocated GPUs are
 counted by the very functions /metrics uses (nodes.summaries.count_idle / is_allocated), so the
-page and gpuplane_gpus_idle / gpuplane_gpus_allocated agree. Four queries whatever the size.
+page and gpuplane_gpus_idle / gpuplane_gpus_allocated agree. Five queries whatever the size; sums by
+mode and partitions are counted by the database, and Python sees one plain row per GPU only for
+those two shared counts.
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
+
+from django.db.models import Count, Q, Sum
 
 from nodes.figures import format_gb, format_number, gpu_equivalent, largest_remainder
 from nodes.holds import occupied_partition_filter
@@ -27,10 +31,7 @@ _UNIT_NAMES: dict[str, tuple[str, str]] = {
     PartitionKind.MPS_WEIGHTED: ("weighted share", "weighted shares"),
     PartitionKind.TIMESLICE: ("time-slice replica", "time-slice replicas"),
 }
-_GPU_FIELDS = (
-    "id", "node_id", "mig_enabled", "memory_mib", "allocated_milli", "allocated_memory_mib",
-    "utilization_pct", "memory_used_mib", "power_w",
-)
+_GPU_FIELDS = ("memory_mib", "allocated_milli", "allocated_memory_mib", "utilization_pct", "memory_used_mib", "power_w")
 
 
 @dataclass(frozen=True)
@@ -107,37 +108,62 @@ def _partitions_note(allocation: ModeAllocation) -> str:
     )
 
 
-def cluster_overview() -> ClusterOverview:
-    """The overview's figures from the inventory's rows (nodes, GPUs, partitions, held partitions)."""
-    mode_labels = dict(SharingMode.choices())
-    nodes = {node.pk: node for node in Node.objects.only("id", "ready", "cordoned", "sharing_mode")}
-    gpus = list(GPU.objects.only(*_GPU_FIELDS))
-    occupied = set(Partition.objects.filter(occupied_partition_filter()).values_list("pk", flat=True))
-    partitions_by_gpu: dict[int, list[tuple[int, str, int, str]]] = defaultdict(list)
-    for row in Partition.objects.values_list("pk", "gpu_id", "kind", "share_milli", "mig_profile"):
-        partitions_by_gpu[row[1]].append((row[0], row[2], row[3], row[4]))
+@dataclass(slots=True)
+class _GPUFigures:
+    """The columns the overview reads of one GPU (satisfies nodes.summaries.GPULike); a plain row
+    is a fraction of a model instance's cost, which counts at 40,000 GPUs."""
 
+    memory_mib: int
+    allocated_milli: int
+    allocated_memory_mib: int
+    utilization_pct: float | None
+    memory_used_mib: int | None
+    power_w: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeFlags:
+    ready: bool
+    cordoned: bool
+
+
+def cluster_overview() -> ClusterOverview:
+    """The overview's figures from the inventory's rows: nodes, GPUs (one plain row each, for the
+    counts /metrics shares) and partitions counted by the database per mode, kind and size."""
+    mode_labels = dict(SharingMode.choices())
+    nodes = [_NodeFlags(ready, cordoned) for ready, cordoned in Node.objects.values_list("ready", "cordoned")]
+    # Per-GPU rows only for the counts /metrics shares (is_allocated, is_idle); sums by mode in SQL.
+    gpus = [_GPUFigures(*row) for row in GPU.objects.values_list(*_GPU_FIELDS)]
     by_mode: dict[str, ModeAllocation] = {}
     mig_on = 0
-    for gpu in gpus:
-        mode = nodes[gpu.node_id].sharing_mode
-        allocation = by_mode.setdefault(mode, ModeAllocation(mode))
-        allocation.gpus += 1
-        allocation.memory_mib += gpu.memory_mib
-        allocation.memory_allocated_mib += gpu.allocated_memory_mib
-        mig_on += gpu.mig_enabled and mode == SharingMode.MIG
-        partitions = partitions_by_gpu.get(gpu.pk, [])
-        if not partitions:  # no partition rows: the GPU's own counter is all there is
-            allocation.gpu_equivalents += Fraction(gpu.allocated_milli, SHARE_MILLI_FULL)
-        for pk, kind, share_milli, mig_profile in partitions:
-            allocation.partitions[kind] += 1
-            if pk in occupied:
-                allocation.partitions_used[kind] += 1
-                allocation.gpu_equivalents += gpu_equivalent(kind, share_milli, mig_profile)
+    per_mode = GPU.objects.values("node__sharing_mode").annotate(
+        n=Count("id"), memory=Sum("memory_mib"), allocated_memory=Sum("allocated_memory_mib"),
+        mig_on=Count("id", filter=Q(mig_enabled=True)),
+    ).order_by()
+    for row in per_mode:
+        mode = row["node__sharing_mode"]
+        by_mode[mode] = ModeAllocation(mode, row["n"], memory_mib=row["memory"], memory_allocated_mib=row["allocated_memory"])
+        mig_on += row["mig_on"] if mode == SharingMode.MIG else 0
+    # A GPU without partition rows: its own counter is all there is.
+    unpartitioned = GPU.objects.filter(partitions__isnull=True).values("node__sharing_mode").annotate(
+        milli=Sum("allocated_milli")
+    ).order_by()
+    for row in unpartitioned:
+        by_mode[row["node__sharing_mode"]].gpu_equivalents += Fraction(row["milli"] or 0, SHARE_MILLI_FULL)
+    # Partitions of one mode, kind and size are alike: counted in SQL, weighed once per group.
+    groups = Partition.objects.values("gpu__node__sharing_mode", "kind", "share_milli", "mig_profile").annotate(
+        n=Count("id"), used=Count("id", filter=occupied_partition_filter())
+    ).order_by()
+    for group in groups:
+        allocation = by_mode[group["gpu__node__sharing_mode"]]
+        kind = group["kind"]
+        allocation.partitions[kind] += group["n"]
+        allocation.partitions_used[kind] += group["used"]
+        allocation.gpu_equivalents += gpu_equivalent(kind, group["share_milli"], group["mig_profile"]) * group["used"]
     modes = sorted(by_mode.values(), key=lambda a: (-a.gpus, a.mode))
     gpus_total = len(gpus)
 
-    state_counts = Counter(node_state(node) for node in nodes.values())
+    state_counts = Counter(node_state(node) for node in nodes)
     node_parts = [
         Part(label, str(state_counts[state]), _pct(state_counts[state], len(nodes)), note, state)
         for state, label, note in (

@@ -25,7 +25,8 @@ from gpuplane.web import RoleRequiredMixin, filter_list_context
 from nodes.api.series import DEFAULT_RANGE, RANGES
 from nodes.figures import format_gb, format_number, format_percent, gpu_equivalent, listed_shares
 from nodes.filtersets import NodeFilterSet
-from nodes.holds import HolderInfo, describe_held, occupied_partition_filter, with_holder_id
+from nodes.fleet import mig_share_corrections
+from nodes.holds import HolderInfo, describe_held, with_holder_id
 from nodes.inventory.audit import node_events
 from nodes.mig_diagram import MIGCell, mig_diagram, occupant_of
 from nodes.models import GPU, Node, Partition
@@ -149,17 +150,6 @@ def gpu_row(gpu: GPU, holders: Mapping[int, HolderInfo]) -> GPURow:
         unpartitioned_share=format_percent(rest) if partitions and rest else "",
         mig_cells=mig_diagram(partitions, holders) if gpu.mig_enabled else [],
     )
-
-
-def mig_share_corrections(node_ids: list[int]) -> dict[int, Fraction]:
-    """Per node, what its occupied MIG instances add on top of their stored, rounded-down shares
-    (3g: 3/7 - 0.428), so that GPU.allocated_milli sums read as exact GPU-equivalents. One query."""
-    corrections: dict[int, Fraction] = {}
-    occupied = Partition.objects.filter(occupied_partition_filter(), gpu__node__in=node_ids, kind=PartitionKind.MIG)
-    for node_id, share_milli, profile in occupied.values_list("gpu__node_id", "share_milli", "mig_profile"):
-        exact = gpu_equivalent(PartitionKind.MIG, share_milli, profile) - Fraction(share_milli, SHARE_MILLI_FULL)
-        corrections[node_id] = corrections.get(node_id, Fraction(0)) + exact
-    return corrections
 
 
 def node_list_queryset() -> QuerySet[Node]:

@@ -106,4 +106,6 @@ def isolated_rate_limits(settings, request):
     settings.CACHES = {
         **settings.CACHES,
         "ratelimit": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": f"ratelimit-{request.node.nodeid}"},
+        # The fleet pages' per-poll cache (nodes/fleet.py): each test computes its own figures.
+        "fleet": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": f"fleet-{request.node.nodeid}"},
     }

@@ -1,8 +1,8 @@
-"""Telemetry read endpoints for the charts: per-GPU and per-node time series, and the cluster heatmap.
+"""Telemetry read endpoints for the charts: per-GPU and per-node time series, and the fleet's node map.
 
 - `GET /api/v1/gpus/{uuid}/series/?range=1h|6h|24h|7d|30d`
 - `GET /api/v1/nodes/{name}/series/?range=...`
-- `GET /api/v1/heatmap/`: every GPU's latest values, grouped by node (the overview heatmap).
+- `GET /api/v1/heatmap/`: every node's GPUs, utilization, power and allocation (the overview's node map).
 
 A range that starts inside the raw retention window (settings.TELEMETRY_RAW_RETENTION_H, 24 h)
 is answered from raw samples (`"resolution": "raw"`), a longer one from the rollup buckets
@@ -26,8 +26,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gpuplane.strict_input import StrictQueryParametersMixin
+from nodes.fleet import cached_per_poll, node_tiles
 from nodes.models import GPU, Node
-from nodes.summaries import cluster_heatmap
 from nodes.telemetry.series import gpu_series, node_series
 
 RANGES: dict[str, timedelta] = {
@@ -123,28 +123,19 @@ class NodeSeriesSerializer(serializers.Serializer):
     gpus = serializers.DictField(child=NodeGPUSeriesSerializer(), help_text="Keyed by GPU UUID; every GPU of the node.")
 
 
-class HeatmapGPUSerializer(serializers.Serializer):
-    index = serializers.IntegerField()
-    uuid = serializers.CharField()
-    url = serializers.CharField(help_text="The GPU's page in the web UI.")
-    utilization_pct = serializers.FloatField(allow_null=True)
-    memory_used_mib = serializers.IntegerField(allow_null=True)
-    memory_mib = serializers.IntegerField()
-    sampled_at = serializers.DateTimeField(allow_null=True)
-
-
-class HeatmapNodeSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    url = serializers.CharField(help_text="The node's page in the web UI.")
-    ready = serializers.BooleanField()
-    cordoned = serializers.BooleanField()
-    gpus = HeatmapGPUSerializer(many=True)
-
-
 class HeatmapSerializer(serializers.Serializer):
-    nodes = HeatmapNodeSerializer(many=True)
+    columns = serializers.ListField(
+        child=serializers.CharField(), help_text="What each value of a node row is, in order (nodes.fleet.TILE_COLUMNS)."
+    )
+    nodes = serializers.ListField(
+        child=serializers.ListField(child=serializers.JSONField()),
+        help_text="One row per node with GPUs, by name: name, state (ready / cordoned / notready), GPUs, GPUs "
+        "reporting, mean utilization % (null: none reporting), power W (null: none reported), allocated "
+        "GPU-equivalents.",
+    )
+    node_url = serializers.CharField(help_text='The node page\'s URL with "{name}" where the name goes.')
+    gpus = serializers.IntegerField(help_text="GPUs on the nodes listed.")
     reporting_gpus = serializers.IntegerField(help_text="GPUs with a utilization figure.")
-
 
 RANGE_PARAMETER = OpenApiParameter(
     "range", OpenApiTypes.STR, enum=list(RANGES), default=DEFAULT_RANGE,
@@ -203,8 +194,9 @@ class NodeSeriesView(StrictQueryParametersMixin, APIView):
 
 
 class HeatmapView(StrictQueryParametersMixin, APIView):
-    """Latest utilization and memory of every GPU, by node: the overview heatmap's refresh."""
+    """Every node's GPUs, utilization, power and allocation, one compact row each: the overview
+    node map's refresh. Cached for one poll interval (nodes.fleet.cached_per_poll)."""
 
     @extend_schema(operation_id="heatmap_retrieve", responses={200: HeatmapSerializer})
     def get(self, request: Request) -> Response:
-        return Response(cluster_heatmap())
+        return Response(cached_per_poll("node-tiles", node_tiles))

@@ -3,8 +3,9 @@
    - [data-telemetry] sections (node and GPU pages): four time-series charts (utilization, memory
      used, power, temperature), one line per GPU, from the series API (nodes/api/series.py) for the
      range picked in the section's range links.
-   - [data-heatmap] card (overview): nodes x GPU index, coloured by latest utilization; first drawn
-     from the JSON the server embedded (#heatmap-data), then refreshed from /api/v1/heatmap/.
+   - [data-heatmap] card (overview): one tile per node, coloured by its GPUs' mean latest
+     utilization, a click opening the node's page; first drawn from the JSON the server embedded
+     (#heatmap-data), then refreshed from /api/v1/heatmap/ (both cached per poll interval).
 
    Both refresh themselves every data-interval-s seconds (the telemetry poll interval), so pages
    fill as samples arrive without a reload; refreshes pause while the tab is hidden. Requests use
@@ -218,40 +219,62 @@
 
   // --- overview heatmap -------------------------------------------------------------------------
 
+  const STATE_LABELS = { ready: "schedulable", cordoned: "cordoned", notready: "not ready" };
+
+  // Up to this many nodes, tiles are big enough to carry the node's name and utilization.
+  const LABELLED_TILES = 64;
+
+  /* How many tiles per line: up to 8 labelled tiles, else about 2.5 times as wide as tall. */
+  function tileColumns(n) {
+    if (n <= LABELLED_TILES) return Math.max(1, Math.min(n, 8));
+    return Math.min(n, Math.max(16, Math.ceil(Math.sqrt(n * 2.5))));
+  }
+
+  /* The node map: one tile per node, in the payload's (name) order, left to right and top to
+     bottom. Rows come as arrays under data.columns (nodes/fleet.py), links from one template. */
   function heatmapFigure(data) {
+    const col = Object.fromEntries(data.columns.map((name, i) => [name, i]));
     const nodes = data.nodes;
-    const columns = Math.max(1, ...nodes.map((node) => Math.max(0, ...node.gpus.map((gpu) => gpu.index + 1))));
+    const columns = tileColumns(nodes.length);
+    const lines = Math.ceil(nodes.length / columns);
     const x = Array.from({ length: columns }, (_, i) => i);
-    const y = nodes.map((node) => node.name);
-    const util = [];
-    const silent = [];
-    const text = [];
-    const urls = {};
-    nodes.forEach((node) => {
-      const utilRow = new Array(columns).fill(null);
-      const silentRow = new Array(columns).fill(null);
-      const textRow = new Array(columns).fill("");
-      node.gpus.forEach((gpu) => {
-        const i = gpu.index;
-        urls[`${node.name}\u0000${i}`] = gpu.url;
-        const head = `<b>${node.name}</b> · GPU ${i}`;
-        if (gpu.utilization_pct === null) {
-          silentRow[i] = 1;
-          textRow[i] = `${head}<br>No telemetry yet`;
-          return;
-        }
-        utilRow[i] = gpu.utilization_pct;
-        const memory = gpu.memory_used_mib === null
-          ? "memory —"
-          : `memory ${formatMiB(gpu.memory_used_mib)} of ${formatMiB(gpu.memory_mib)}`;
-        const when = gpu.sampled_at ? `<br>sampled ${clock(new Date(gpu.sampled_at))}` : "";
-        textRow[i] = `${head}<br>utilization ${gpu.utilization_pct.toFixed(0)} %<br>${memory}${when}`;
-      });
-      util.push(utilRow);
-      silent.push(silentRow);
-      text.push(textRow);
+    const y = Array.from({ length: lines }, (_, i) => i);
+    const blank = () => Array.from({ length: lines }, () => new Array(columns).fill(null));
+    const util = blank();
+    const silent = blank();
+    const text = Array.from({ length: lines }, () => new Array(columns).fill(""));
+    const names = blank();
+    const small = nodes.length <= LABELLED_TILES;
+    const annotations = [];
+    nodes.forEach((row, k) => {
+      const line = Math.floor(k / columns);
+      const i = k % columns;
+      const name = row[col.name];
+      const gpus = row[col.gpus];
+      const reporting = row[col.reporting];
+      const mean = row[col.utilization_pct];
+      const power = row[col.power_w];
+      names[line][i] = name;
+      if (small) {
+        const figure = mean === null ? "no telemetry" : `${mean.toFixed(0)} %`;
+        const dark = mean !== null && mean >= 50;
+        annotations.push({
+          x: i, y: line, text: `${name}<br><b>${figure}</b>`, showarrow: false, captureevents: false,
+          font: { size: 11, color: dark ? "#ffffff" : "#1f2430" },
+        });
+      }
+      const state = row[col.state] === "ready" ? "" : ` · ${STATE_LABELS[row[col.state]] || row[col.state]}`;
+      const head = `<b>${name}</b>${state}<br>${gpus} GPU${gpus === 1 ? "" : "s"} · allocated ${row[col.allocated]} GPU-eq.`;
+      if (mean === null) {
+        silent[line][i] = 1;
+        text[line][i] = `${head}<br>No telemetry yet`;
+        return;
+      }
+      util[line][i] = mean;
+      const watts = power === null ? "" : `<br>power ${power >= 1000 ? `${(power / 1000).toFixed(1)} kW` : `${power.toFixed(0)} W`}`;
+      text[line][i] = `${head}<br>mean utilization ${mean.toFixed(0)} % (${reporting} of ${gpus} reporting)${watts}`;
     });
-    const cells = { x, y, text, xgap: 3, ygap: 3, hoverinfo: "text", hoverongaps: false, type: "heatmap" };
+    const cells = { x, y, text, customdata: names, xgap: 2, ygap: 2, hoverinfo: "text", hoverongaps: false, type: "heatmap" };
     const traces = [
       { ...cells, z: silent, zmin: 0, zmax: 1, colorscale: [[0, NO_DATA], [1, NO_DATA]], showscale: false, name: "no telemetry" },
       {
@@ -262,32 +285,22 @@
         colorscale: HEAT_SCALE,
         name: "utilization",
         colorbar: { title: { text: "%", side: "top" }, thickness: 12, outlinewidth: 0, tickfont: { color: MUTED } },
-        // Numbers in the cells while they are big enough to read.
-        texttemplate: nodes.length <= 40 && columns <= 16 ? "%{z:.0f}" : "",
-        textfont: { size: 11 },
       },
     ];
-    const rowPx = nodes.length > 40 ? 16 : 34;
+    const hidden = { showticklabels: false, showgrid: false, zeroline: false, fixedrange: true, ticks: "" };
     const layout = {
       autosize: true,
-      height: Math.max(190, nodes.length * rowPx + 60),
-      margin: { l: 10, r: 10, t: 30, b: 10 },
+      height: Math.max(small ? 70 : 190, lines * (small ? 58 : 14) + 12),
+      margin: { l: 4, r: 4, t: 6, b: 6 },
       font: FONT,
       paper_bgcolor: "rgba(0,0,0,0)",
       plot_bgcolor: "rgba(0,0,0,0)",
-      xaxis: {
-        side: "top",
-        tickvals: x,
-        ticktext: x.map((i) => `GPU ${i}`),
-        tickfont: { color: MUTED },
-        showgrid: false,
-        zeroline: false,
-        fixedrange: true,
-      },
-      yaxis: { type: "category", autorange: "reversed", automargin: true, showgrid: false, fixedrange: true },
+      xaxis: { ...hidden, range: [-0.5, columns - 0.5] },
+      yaxis: { ...hidden, autorange: "reversed" },
+      annotations,
       uirevision: "heatmap",
     };
-    return { traces, layout, urls };
+    return { traces, layout };
   }
 
   function Heatmap(card) {
@@ -297,25 +310,25 @@
     this.empty = card.querySelector("[data-heatmap-empty]");
     this.url = card.dataset.refreshUrl;
     this.intervalMs = Math.max(5, Number(card.dataset.intervalS) || 30) * 1000;
-    this.urls = {};
+    this.nodeUrl = "";
   }
 
   Heatmap.prototype.render = function (data) {
     const figure = heatmapFigure(data);
-    this.urls = figure.urls;
+    this.nodeUrl = data.node_url;
     const first = !this.chart.classList.contains("js-plotly-plot");
     window.Plotly.react(this.chart, figure.traces, figure.layout, { ...CONFIG, displayModeBar: false });
     if (first) {
-      // Clicking a cell opens that GPU's page.
+      // Clicking a tile opens that node's page, which lists its GPUs.
       this.chart.on("plotly_click", (event) => {
         const point = event.points && event.points[0];
-        const url = point && this.urls[`${point.y}\u0000${point.x}`];
-        if (url) window.location.assign(url);
+        const name = point && point.customdata;
+        if (name) window.location.assign(this.nodeUrl.replace("{name}", encodeURIComponent(name)));
       });
     }
-    const gpus = data.nodes.reduce((n, node) => n + node.gpus.length, 0);
     this.empty.hidden = data.reporting_gpus > 0;
-    this.meta.textContent = `${data.reporting_gpus} of ${gpus} GPUs reporting · updated ${clock(new Date())}`;
+    const nodes = `${data.nodes.length} node${data.nodes.length === 1 ? "" : "s"}`;
+    this.meta.textContent = `${nodes} · ${data.reporting_gpus} of ${data.gpus} GPUs reporting · updated ${clock(new Date())}`;
     this.card.dataset.loaded = "true";
   };
 

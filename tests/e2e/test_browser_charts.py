@@ -1,4 +1,4 @@
-"""Telemetry charts in a real browser: plotly draws node and GPU time series and the overview heatmap
+"""Telemetry charts in a real browser: plotly draws node and GPU time series and the overview's node map
 from the API, the range picker reloads them, and a page fills by itself as samples arrive.
 
 Screenshots land in the test's tmp_path (run with `--basetemp DIR` to keep them somewhere known).
@@ -122,32 +122,37 @@ def test_the_gpu_page_charts_one_gpu(page: Page, live_server, viewer_user, fleet
     page.screenshot(path=tmp_path / "gpu-page.png", full_page=True)
 
 
-def test_the_overview_heatmap_shows_every_gpu_and_opens_one(page: Page, live_server, viewer_user, fleet, tmp_path: Path):
+def test_the_overview_maps_every_node_and_drills_into_one(page: Page, live_server, viewer_user, fleet, tmp_path: Path):
     base = live_server.url
     sign_in(page, base)
 
     card = page.locator("[data-heatmap]")
     expect(card.locator(".js-plotly-plot .heatmaplayer .hm")).to_have_count(2)  # utilization + "no telemetry" layer
-    expect(card.locator("[data-heatmap-meta]")).to_contain_text("5 of 7 GPUs reporting")
-    # Rows are nodes, columns GPU indexes; the silent GPUs are null in the utilization layer.
+    expect(card.locator("[data-heatmap-meta]")).to_contain_text("3 nodes · 5 of 7 GPUs reporting")
+    # One tile per node in name order (three fit on one line); the colour is the mean of the
+    # GPUs that report, and a node where none does is in the "no telemetry" layer.
     z = page.evaluate("() => document.querySelector('[data-heatmap-chart]').data[1].z")
-    assert [row is not None for row in z[0]] == [True, True, True, True]  # gpu-a
-    assert z[1][:2][0] is not None and z[1][1] is None  # gpu-b: GPU 1 silent
-    assert all(value is None for value in z[2])  # quiet
-    # Node names read top to bottom in name order.
-    ticks = page.evaluate(
-        """() => Array.from(document.querySelectorAll("[data-heatmap] .ytick text"))
-                      .sort((a, b) => a.getBoundingClientRect().top - b.getBoundingClientRect().top)
-                      .map((t) => t.textContent)"""
-    )
-    assert ticks == ["gpu-a", "gpu-b", "quiet"]
-    page.screenshot(path=tmp_path / "overview-heatmap.png", full_page=True)
+    silent = page.evaluate("() => document.querySelector('[data-heatmap-chart]').data[0].z")
+    means = {
+        name: sum(u) / len(u)
+        for name in ("gpu-a", "gpu-b")
+        for u in [[g.utilization_pct for g in GPU.objects.filter(node__name=name) if g.utilization_pct is not None]]
+    }
+    assert len(z) == 1 and len(z[0]) == 3
+    assert z[0][0] == pytest.approx(means["gpu-a"], abs=0.05)
+    assert z[0][1] == pytest.approx(means["gpu-b"], abs=0.05)  # GPU 1 is silent: GPU 0's alone
+    assert z[0][2] is None and silent[0] == [None, None, 1]
+    hover = page.evaluate("() => document.querySelector('[data-heatmap-chart]').data[1].text[0]")
+    assert hover[1].startswith("<b>gpu-b</b>") and "2 GPUs" in hover[1] and "1 of 2 reporting" in hover[1]
+    assert "No telemetry yet" in hover[2]
+    page.screenshot(path=tmp_path / "overview-node-map.png", full_page=True)
 
-    # Click the middle of the cell of gpu-b / GPU 0 (row 2 of 3, column 1 of 4).
+    # Click the middle of gpu-b's tile (column 2 of 3): its node page, which lists its GPUs.
     box = card.locator(".nsewdrag").first.bounding_box()
     assert box
-    page.mouse.click(box["x"] + box["width"] * (0.5 / 4), box["y"] + box["height"] * (1.5 / 3))
-    page.wait_for_url(f"{base}/nodes/gpu-b/gpus/0/")
+    page.mouse.click(box["x"] + box["width"] * (1.5 / 3), box["y"] + box["height"] / 2)
+    page.wait_for_url(f"{base}/nodes/gpu-b/")
+    expect(page.get_by_role("link", name="GPU 1").first).to_be_visible()
 
 
 def test_charts_fit_a_phone_screen(page: Page, live_server, viewer_user, fleet, tmp_path: Path):

@@ -54,6 +54,11 @@ def metric(text: str, name: str) -> list[float]:
     return [float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
 
 
+def per_node(text: str, name: str) -> dict[str, float]:
+    """{node: value} of a per-node metric family in the /metrics text."""
+    return {node: float(v) for node, v in re.findall(rf'^{name}{{node="([^"]+)"}} (\S+)$', text, re.M)}
+
+
 def gpu_equivalent(partition: dict[str, Any]) -> Fraction:
     """A partition in GPU-equivalents from the API's fields: a MIG instance's compute slices of 7
     (named by its profile), any other partition its share in thousandths."""
@@ -95,7 +100,8 @@ def test_the_overview_adds_up_and_agrees_with_the_api_and_metrics(
     assert part["idle"] == metric(metrics, "gpuplane_gpus_idle")[0]
     assert 0 < part["idle"] < len(gpus)
     power = sum(g["power_w"] for g in gpus if g["power_w"] is not None)
-    assert power == pytest.approx(sum(metric(metrics, "gpuplane_gpu_power_watts")))
+    assert power == pytest.approx(metric(metrics, "gpuplane_power_watts")[0])
+    assert power == pytest.approx(sum(metric(metrics, "gpuplane_node_power_watts")))
     # The demo's telemetry draws 12.2 kW: shown in kW to one decimal.
     assert card.locator('[data-figure="power"] [data-value]').inner_text() == f"{power / 1000:.1f} kW"
 
@@ -139,6 +145,29 @@ def test_the_overview_adds_up_and_agrees_with_the_api_and_metrics(
     mig_on = sum(1 for g in gpus if g["mig_enabled"] and mode_of[g["node"]] == "mig")
     expect(table.locator('[data-mode="mig"] th')).to_contain_text(f"{mig_on} with MIG on, {gpu_count['mig'] - mig_on} whole")
     expect(page.locator('[data-card="allocation"]')).not_to_contain_text("Partitions")
+
+    # The node map: one row per node, each figure the API's and /metrics' for that node.
+    page.wait_for_selector("[data-heatmap][data-loaded]")
+    data = page.evaluate("() => JSON.parse(document.getElementById('heatmap-data').textContent)")
+    tiles = {row[0]: dict(zip(data["columns"], row, strict=True)) for row in data["nodes"]}
+    assert sorted(tiles) == sorted(n["name"] for n in nodes)
+    node_gpus, node_power = per_node(metrics, "gpuplane_node_gpus"), per_node(metrics, "gpuplane_node_power_watts")
+    node_utilization = per_node(metrics, "gpuplane_node_utilization_percent")
+    node_equivalents: dict[str, Fraction] = defaultdict(Fraction)
+    for p in partitions:
+        if not p["free"]:
+            node_equivalents[p["node"]] += gpu_equivalent(p)
+    for name, tile in tiles.items():
+        mine = [g for g in gpus if g["node"] == name]
+        reporting = [g["utilization_pct"] for g in mine if g["utilization_pct"] is not None]
+        assert tile["gpus"] == len(mine) == node_gpus[name]
+        assert tile["reporting"] == len(reporting)
+        assert tile["utilization_pct"] == pytest.approx(sum(reporting) / len(reporting), abs=0.051)  # 1 decimal
+        assert tile["utilization_pct"] == pytest.approx(node_utilization[name], abs=0.051)
+        assert tile["power_w"] == pytest.approx(node_power[name], abs=0.051)
+        assert tile["allocated"] == pytest.approx(float(node_equivalents[name]), abs=0.005)
+    assert sum(t["gpus"] for t in tiles.values()) == len(gpus)
+    assert sum(t["power_w"] for t in tiles.values()) == pytest.approx(power, abs=0.051 * len(tiles))  # each to 1 decimal
     page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
 
 

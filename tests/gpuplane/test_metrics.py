@@ -9,6 +9,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuplane.observability import PLACEMENT_DECISION_SECONDS
+from lifecycle.audit import record
 from nodes.models import GPU
 from nodes.vocabulary import SharingMode
 from tests.nodes.factories import make_node
@@ -90,7 +91,49 @@ def test_it_counts_nodes_in_exactly_one_state(client, fleet):
     assert value(samples, "gpuplane_nodes", state="notready") == 1
 
 
-def test_it_exports_latest_telemetry_per_gpu_only_where_reported(client, fleet):
+def test_by_default_it_exports_no_series_per_gpu(client, fleet):
+    samples = scrape(client)
+
+    for name in (
+        "gpuplane_gpu_utilization_percent", "gpuplane_gpu_memory_used_bytes", "gpuplane_gpu_power_watts",
+        "gpuplane_gpu_temperature_celsius", "gpuplane_telemetry_age_seconds",
+    ):
+        assert name not in samples, name
+    assert not any("uuid" in dict(labels) for series in samples.values() for labels in series)
+
+
+def test_it_exports_per_node_aggregates_that_add_up_to_the_cluster_figures(client, fleet):
+    samples = scrape(client)
+
+    assert value(samples, "gpuplane_node_gpus", node="gpu-a") == 2
+    assert value(samples, "gpuplane_node_gpus", node="l4-c") == 1
+    assert value(samples, "gpuplane_node_gpus_allocated", node="gpu-a") == 1  # a-1
+    assert value(samples, "gpuplane_node_gpus_idle", node="gpu-m") == 1  # m-1
+    assert value(samples, "gpuplane_node_utilization_percent", node="gpu-a") == 46.0  # (12 + 80) / 2
+    assert value(samples, "gpuplane_node_memory_used_bytes", node="gpu-a") == (8192 + 70000) * MIB
+    assert value(samples, "gpuplane_node_power_watts", node="gpu-a") == 950.5
+    assert value(samples, "gpuplane_power_watts") == 950.5
+    # The stalest GPU's age: a-0, sampled 40 s ago.
+    assert value(samples, "gpuplane_node_telemetry_age_seconds", node="gpu-a") == pytest.approx(40, abs=5)
+    # Silent nodes have no telemetry series (absent, not 0).
+    assert {dict(labels)["node"] for labels in samples["gpuplane_node_utilization_percent"]} == {"gpu-a"}
+    assert len(samples["gpuplane_node_telemetry_age_seconds"]) == 1
+    for name, cluster in (("gpuplane_node_gpus_allocated", "gpuplane_gpus_allocated"), ("gpuplane_node_gpus_idle", "gpuplane_gpus_idle")):
+        assert sum(samples[name].values()) == value(samples, cluster), name
+    assert sum(samples["gpuplane_node_gpus"].values()) == sum(samples["gpuplane_gpus"].values())
+
+
+def test_without_any_power_reading_there_is_no_power_series(client):
+    make_node("quiet", gpu_count=1)
+
+    samples = scrape(client)
+
+    assert "gpuplane_power_watts" not in samples
+    assert value(samples, "gpuplane_node_gpus", node="quiet") == 1
+
+
+def test_it_exports_latest_telemetry_per_gpu_only_where_reported(client, fleet, settings):
+    settings.GPUPLANE_METRICS_PER_GPU = True
     samples = scrape(client)
     a1 = {"node": "gpu-a", "gpu": "1", "uuid": "GPU-gpu-a-1", "model": "H100-SXM5-80GB"}
 
@@ -104,7 +147,8 @@ def test_it_exports_latest_telemetry_per_gpu_only_where_reported(client, fleet):
     assert len(samples["gpuplane_gpu_power_watts"]) == 2
 
 
-def test_it_exports_telemetry_age(client, fleet):
+def test_it_exports_telemetry_age(client, fleet, settings):
+    settings.GPUPLANE_METRICS_PER_GPU = True
     samples = scrape(client)
 
     assert value(samples, "gpuplane_telemetry_age_seconds", node="gpu-a", gpu="0") == pytest.approx(40, abs=5)
@@ -112,10 +156,14 @@ def test_it_exports_telemetry_age(client, fleet):
     assert len(samples["gpuplane_telemetry_age_seconds"]) == 2  # never sampled: absent
 
 
-def test_a_sample_from_a_clock_ahead_is_not_negative_age(client, fleet):
-    GPU.objects.filter(uuid="GPU-gpu-a-0").update(sampled_at=timezone.now() + timedelta(seconds=60))
+def test_a_sample_from_a_clock_ahead_is_not_negative_age(client, fleet, settings):
+    settings.GPUPLANE_METRICS_PER_GPU = True
+    GPU.objects.filter(uuid__startswith="GPU-gpu-a-").update(sampled_at=timezone.now() + timedelta(seconds=60))
 
-    assert value(scrape(client), "gpuplane_telemetry_age_seconds", node="gpu-a", gpu="0") == 0
+    samples = scrape(client)
+
+    assert value(samples, "gpuplane_telemetry_age_seconds", node="gpu-a", gpu="0") == 0
+    assert value(samples, "gpuplane_node_telemetry_age_seconds", node="gpu-a") == 0
 
 
 def test_it_answers_for_an_empty_inventory(client):
@@ -129,12 +177,22 @@ def test_it_answers_for_an_empty_inventory(client):
 def test_it_reads_the_database_in_a_fixed_number_of_queries(client, fleet, django_assert_max_num_queries):
     for n in range(5):
         make_node(f"extra-{n}", gpu_count=8)
-    with django_assert_max_num_queries(2):
+    with django_assert_max_num_queries(3):  # nodes, GPUs, and the newest audit event (the cache key)
         response = client.get("/metrics")
 
     # A fast error page must not pass for a cheap scrape: the figures cover the added nodes.
     assert response.status_code == 200, response.content[:300]
     assert 'gpuplane_gpus{sharing_mode="exclusive"} 43.0' in response.content.decode()  # 3 + 5 x 8
+
+
+def test_the_inventory_figures_are_kept_for_one_poll_interval(client, fleet, django_assert_max_num_queries):
+    before = value(scrape(client), "gpuplane_gpus_allocated")
+    GPU.objects.filter(uuid="GPU-gpu-m-1").update(allocated_milli=1000)  # no audit event: telemetry-like
+
+    with django_assert_max_num_queries(1):  # the audit mark only: the figures come from the cache
+        assert value(scrape(client), "gpuplane_gpus_allocated") == before
+    record("gpu.allocated", GPU.objects.get(uuid="GPU-gpu-m-1"))  # a change of state: seen at once
+    assert value(scrape(client), "gpuplane_gpus_allocated") == before + 1
 
 
 def test_it_exposes_the_placement_latency_histogram(client):

@@ -21,6 +21,7 @@ from tests.redis_scratch import delete_prefixed_keys, scratch_prefix
 def test_the_suite_enqueues_into_an_in_memory_broker_of_its_own():
     assert app.conf.broker_url == "memory://"
     assert settings.CACHES["default"]["BACKEND"] == "django.core.cache.backends.locmem.LocMemCache"
+    assert settings.CACHES["fleet"]["BACKEND"] == "django.core.cache.backends.locmem.LocMemCache"
     # Whatever a child process or the embedded broker writes goes under a scratch folder, not var/.
     assert not Path(settings.VAR_DIR).is_relative_to(BASE_DIR)
     assert os.environ["GPUPLANE_VAR_DIR"] == str(settings.VAR_DIR)

@@ -166,16 +166,16 @@ def test_the_series_are_read_only(api, operator, history):
     assert api.post("/api/v1/gpus/GPU-a2.example.com-0/series/", {}).status_code == 405
 
 
-def test_the_heatmap_endpoint_serves_latest_values_by_node(viewer_api, history, now):
-    GPU.objects.filter(uuid="GPU-a2.example.com-1").update(utilization_pct=55.0, memory_used_mib=4096, sampled_at=now)
+def test_the_heatmap_endpoint_serves_one_compact_row_per_node(viewer_api, history, now):
+    GPU.objects.filter(uuid="GPU-a2.example.com-0").update(utilization_pct=None, power_w=None)
+    GPU.objects.filter(uuid="GPU-a2.example.com-1").update(utilization_pct=55.0, power_w=210.0, sampled_at=now)
 
     body = viewer_api.get("/api/v1/heatmap/").json()
 
-    assert body["reporting_gpus"] == 1
-    (node,) = body["nodes"]
-    assert (node["name"], node["url"], node["ready"], node["cordoned"]) == ("a2.example.com", "/nodes/a2.example.com/", True, False)
-    assert [(g["index"], g["utilization_pct"], g["memory_used_mib"]) for g in node["gpus"]] == [(0, None, None), (1, 55.0, 4096)]
-    assert node["gpus"][1]["url"] == "/nodes/a2.example.com/gpus/1/"
+    assert body["columns"] == ["name", "state", "gpus", "reporting", "utilization_pct", "power_w", "allocated"]
+    assert body["nodes"] == [["a2.example.com", "ready", 2, 1, 55.0, 210.0, 0.0]]
+    assert (body["gpus"], body["reporting_gpus"]) == (2, 1)
+    assert body["node_url"].replace("{name}", "a2.example.com") == "/nodes/a2.example.com/"
 
 
 @pytest.mark.parametrize(("bucket_s", "label"), [(300, "5m"), (60, "1m"), (3600, "1h"), (7200, "2h"), (90, "90s")])

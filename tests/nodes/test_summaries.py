@@ -10,10 +10,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from nodes.models import GPU, Node
+from nodes.models import GPU
 from nodes.summaries import (
     NodeSummary,
-    cluster_heatmap,
     find_best_node_for_deployment,
     is_idle,
     node_summaries,
@@ -211,25 +210,3 @@ def test_find_best_node_honours_the_thresholds_given():
 def test_find_best_node_refuses_a_request_for_no_gpus():
     with pytest.raises(ValueError, match="at least 1"):
         find_best_node_for_deployment(0)
-
-
-@pytest.mark.django_db
-def test_the_heatmap_groups_latest_values_by_node_in_one_query(django_assert_num_queries):
-    make_node("b", gpu_count=2)
-    make_node("a", gpu_count=1)
-    make_node("no-gpus", gpu_count=0)
-    set_telemetry("GPU-b-1", 42.5, 2048)
-
-    with django_assert_num_queries(1):
-        heatmap = cluster_heatmap()
-
-    assert heatmap["reporting_gpus"] == 1
-    assert [node["name"] for node in heatmap["nodes"]] == ["a", "b"]  # no-gpus has no cell
-    b = heatmap["nodes"][1]
-    assert b["url"] == "/nodes/b/"
-    assert [g["index"] for g in b["gpus"]] == [0, 1]
-    silent, reporting = b["gpus"]
-    assert (silent["utilization_pct"], silent["memory_used_mib"], silent["sampled_at"]) == (None, None, None)
-    assert (reporting["uuid"], reporting["url"]) == ("GPU-b-1", "/nodes/b/gpus/1/")
-    assert (reporting["utilization_pct"], reporting["memory_used_mib"], reporting["memory_mib"]) == (42.5, 2048, MIB_80G)
-    assert reporting["sampled_at"] == Node.objects.get(name="b").gpus.get(index=1).sampled_at.isoformat()

@@ -187,19 +187,24 @@ def test_the_gpu_page_uses_a_fixed_number_of_queries(viewer_client, nodes, djang
     assert len([c for c in elements(html, "mig__cell") if c.get("aria-label", "").startswith("1g.10gb")]) == 3
 
 
-# --- overview heatmap -----------------------------------------------------------------------------
+# --- overview node map ----------------------------------------------------------------------------
 
 
-def test_the_overview_embeds_heatmap_data_and_loads_plotly(viewer_client, nodes):
+def test_the_overview_embeds_one_row_per_node_and_loads_plotly(viewer_client, nodes):
     html = viewer_client.get("/").content.decode()
 
     (card,) = elements(html, "heatmap-card")
     assert card["data-refresh-url"] == "/api/v1/heatmap/"
     assert elements(html, "heatmap")  # the chart container
     data = json.loads(re.search(r'<script id="heatmap-data" type="application/json">(.*?)</script>', html, re.S).group(1))
-    assert [node["name"] for node in data["nodes"]] == ["h.example.com", "quiet"]
-    assert [g["utilization_pct"] for g in data["nodes"][0]["gpus"]] == [None, 64.0]
+    rows = [dict(zip(data["columns"], row, strict=True)) for row in data["nodes"]]
+    assert [row["name"] for row in rows] == ["h.example.com", "quiet"]
+    # Per node, not per GPU: the mean of the GPUs that report (one of h's two), and no GPU list.
+    assert [(row["gpus"], row["reporting"], row["utilization_pct"]) for row in rows] == [(2, 1, 64.0), (1, 0, None)]
     assert data["reporting_gpus"] == 1
+    # Links are built in the browser from one template, not one URL per node or GPU.
+    assert data["node_url"] == "/nodes/{name}/"
+    assert "/gpus/" not in json.dumps(data)
     assert scripts(html)[-2:] == [PLOTLY, CHARTS]
     # One GPU reports: no "no telemetry" notice.
     (empty,) = elements(html, "heatmap-card__empty")
