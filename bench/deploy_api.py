@@ -82,7 +82,7 @@ def prepare(args: argparse.Namespace) -> str:
     from knox.models import AuthToken
 
     from gpuplane.roles import OPERATOR
-    from nodes.fleet import load_fleet
+    from nodes.fleet_loader import load_fleet
 
     call_command("migrate", verbosity=0)
     started = time.perf_counter()

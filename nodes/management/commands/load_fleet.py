@@ -2,7 +2,7 @@
 
 Loads N exclusive-mode GPU nodes into the simulated cluster (one state write) and the inventory
 (inventory sync's bulk inserts), for fleet-scale benchmarks (`bench/deploy_api.py`). See
-`nodes.fleet`. Refused when GPUPLANE_CLUSTER=kubernetes.
+`nodes.fleet_loader`. Refused when GPUPLANE_CLUSTER=kubernetes.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nodes.fleet import DEFAULT_MODELS, FleetError, load_fleet
+from nodes.fleet_loader import DEFAULT_MODELS, FleetError, load_fleet
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from nodes.cluster.backends import get_cluster
-from nodes.fleet import model_sequence, parse_models
+from nodes.fleet_loader import model_sequence, parse_models
 from nodes.inventory.sync import sync_inventory
 from nodes.models import GPU, Node, Partition
 
