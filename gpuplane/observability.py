@@ -50,9 +50,10 @@ from nodes.vocabulary import SharingMode
 
 PLACEMENT_DECISION_SECONDS = Histogram(
     "gpuplane_placement_decision_seconds",
-    "Time the placement engine took to decide where one replica goes (filter, score, choose).",
-    # Sub-millisecond for a handful of nodes, up to a second for very large clusters.
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+    "Time one placement request took, as its user waits for it: validation, inventory snapshot, the "
+    "decision of every replica, reservation and the cluster calls that start the workloads (failures included).",
+    # Milliseconds on a small cluster; seconds where a snapshot rebuild or a slow cluster API dominates.
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
 
 MIB = 1024 * 1024

@@ -296,7 +296,7 @@ def load_demo_cluster(*, if_empty: bool = False, reset: bool = False, force: boo
     # The MIG manager finishes at once so that the layouts are in place before the first sync.
     cluster = SimulatedCluster(settings.GPUPLANE_SIMULATED_STATE, mig_reconfigure_s=0)
     if reset:
-        _wipe(force=force)
+        wipe_inventory(force=force)
         cluster.reset()
     elif if_empty and Node.objects.exists():
         return DemoOutcome(skipped=True, seeded=False, report=None, summary=summarize_inventory())
@@ -314,7 +314,9 @@ def load_demo_cluster(*, if_empty: bool = False, reset: bool = False, force: boo
     return DemoOutcome(skipped=False, seeded=seeded, report=report, summary=summarize_inventory())
 
 
-def _wipe(*, force: bool) -> None:
+def wipe_inventory(*, force: bool) -> None:
+    """Delete every Node row (GPUs and partitions go with them); DemoClusterError when placements
+    exist, unless `force`, which deletes those placements too."""
     # Asked through the holder hook: the inventory app does not import the scheduler (it depends on us).
     holder = partition_holder()
     with transaction.atomic():
@@ -337,4 +339,5 @@ __all__ = [
     "load_demo_cluster",
     "seed_demo_cluster",
     "summarize_inventory",
+    "wipe_inventory",
 ]

@@ -20,7 +20,6 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from gpuplane.observability import PLACEMENT_DECISION_SECONDS
 from nodes.vocabulary import SHARE_MILLI_FULL
 from scheduler.adapters import InventorySnapshot, PartitionClaim, partition_claims
 from scheduler.choices import DecisionOutcome
@@ -120,7 +119,7 @@ def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler,
     selection disabled (``NoCapacity``): what that scheduler gives is not charged to the quota
     (see "Namespace quotas"). Each plan's ``matrix`` is the core's ``Decision.to_dict()`` plus
     ``plugins``, the score plugins in profile order (a stored ``weights`` object loses its key
-    order on PostgreSQL). Observes each decision's duration into ``PLACEMENT_DECISION_SECONDS``.
+    order on PostgreSQL).
 
     A replica that finds no node is explained by ``core.advice.explain_unplaced``: the earlier
     replicas' tentative reservations are released from ``inventory`` (it is not to be used
@@ -135,7 +134,6 @@ def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler,
         request = _request(spec, replica_index, quota)
         decision = scheduler.schedule(request, inventory.snapshot)
         elapsed = time.perf_counter() - started
-        PLACEMENT_DECISION_SECONDS.observe(elapsed)
         matrix = decision.to_dict()
         # PostgreSQL's jsonb does not keep key order: keep the profile's plugin order as a list.
         matrix["plugins"] = list(decision.weights)

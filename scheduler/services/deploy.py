@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db import transaction
 
+from gpuplane.observability import PLACEMENT_DECISION_SECONDS
 from lifecycle.audit import actor_name
 from lifecycle.transitions import transition
 from nodes.cluster.backends import get_cluster
@@ -30,8 +31,15 @@ def deploy(spec: DeploySpec, *, user: Any = None, cluster: ClusterBackend | None
     workload; the deployment is stored as FAILED and everything it reserved is released). Every
     replica is reserved in one transaction, all or nothing; once the workloads exist and the
     deployment is PLACED, ``scheduler.tasks.watch_deployment_task`` is enqueued (a failure to
-    enqueue is logged, never raised: ``sweep_deployments`` is the safety net).
+    enqueue is logged, never raised: ``sweep_deployments`` is the safety net). The whole call, from
+    validation to the cluster's answer, is one observation of ``PLACEMENT_DECISION_SECONDS``: what
+    the user waits for, not only the placement core's share of it.
     """
+    with PLACEMENT_DECISION_SECONDS.time():
+        return _deploy(spec, user=user, cluster=cluster)
+
+
+def _deploy(spec: DeploySpec, *, user: Any, cluster: ClusterBackend | None) -> Deployment:
     spec = validate_spec(spec)
     deployment = Deployment(
         name=spec.name, model=spec.model, memory_mib=spec.memory_mib, gpu_count=spec.gpu_count,
@@ -41,7 +49,7 @@ def deploy(spec: DeploySpec, *, user: Any = None, cluster: ClusterBackend | None
         status=DeploymentStatus.PENDING,
         created_by=user if getattr(user, "is_authenticated", False) else None,
     )
-    place_replicas(deployment, range(spec.replicas), spec=spec, user=user, cluster=cluster)
+    place_replicas(deployment, range(spec.replicas), spec=spec, user=user, cluster=cluster, timed=False)
     return deployment
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
+from gpuplane.observability import PLACEMENT_DECISION_SECONDS
 from lifecycle.audit import AuditEntry, record, record_many
 from lifecycle.transitions import transition
 from nodes.cluster.backends import get_cluster
@@ -51,8 +52,11 @@ ACTIVE_PLACEMENT = (PlacementStatus.RESERVED, PlacementStatus.BINDING, Placement
 
 
 def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, spec: DeploySpec | None = None,
-                   user: Any = None, cluster: ClusterBackend | None = None) -> list[Placement]:
+                   user: Any = None, cluster: ClusterBackend | None = None, timed: bool = True) -> list[Placement]:
     """Decide, reserve and start ``replica_indexes`` of ``deployment``; return their placements.
+
+    The whole call (snapshot, decisions, reservation, cluster calls) is observed into
+    ``PLACEMENT_DECISION_SECONDS`` unless ``timed`` is False (``deploy`` times its own, wider call).
 
     ``deployment`` is either unsaved (a new deploy: it is saved with its reservations, in one
     transaction) or an active stored one whose replica indexes are unused. ``spec`` is the
@@ -61,6 +65,9 @@ def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, sp
     reserved is released; a new deployment is stored FAILED) or ``ValueError`` (bad indexes, or
     a deployment that is not active).
     """
+    if timed:
+        with PLACEMENT_DECISION_SECONDS.time():
+            return place_replicas(deployment, replica_indexes, spec=spec, user=user, cluster=cluster, timed=False)
     indexes = sorted(set(replica_indexes))
     if not indexes or indexes[0] < 0:
         raise ValueError(f"replica indexes must be a non-empty set of whole numbers >= 0, not {indexes}")

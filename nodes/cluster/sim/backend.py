@@ -193,6 +193,22 @@ class SimulatedCluster:
                 cpu_milli=cpu_milli, memory_mib=memory_mib, labels=labels, taints=taints,
             )
 
+    def add_gpu_nodes(self, nodes: list[dict[str, Any]]) -> None:
+        """Add many GPU nodes in one transaction: `add_gpu_node`'s keyword arguments per node (with
+        `name`), all or none. One read and one write of the state, whatever the count (a fleet of
+        thousands would otherwise rewrite the whole state once per node)."""
+        for node in nodes:
+            if node["gpu_count"] < 1:
+                raise ValueError(f"a GPU node has at least one GPU, not {node['gpu_count']}")
+        with self._transaction() as state:
+            now = self._now()
+            for node in nodes:
+                fixtures.add_gpu_node(
+                    state, now, node["name"], product=node["product"], gpu_count=node["gpu_count"],
+                    gpu_memory_mib=node["gpu_memory_mib"], cpu_milli=node.get("cpu_milli", 64000),
+                    memory_mib=node.get("memory_mib", 524288), labels=node.get("labels"), taints=node.get("taints"),
+                )
+
     def set_node_ready(self, name: str, ready: bool) -> None:
         """Flip the node's Ready condition (a kubelet that stops or resumes posting status)."""
         with self._transaction() as state:

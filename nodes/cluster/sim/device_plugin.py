@@ -87,7 +87,7 @@ def install_device_plugin(state: State, node: str, base_product: str, now: float
     Raises ClusterError, as `restart_device_plugin` does, when the plugin cannot run that config.
     """
     state["sim"]["nodes"][node] = {"base_product": base_product, "plugin": _spec_dict(None, _default_spec())}
-    restart_device_plugin(state, node, now)
+    restart_device_plugin(state, node, now, new_node=True)
 
 
 def check_device_plugin_config(name: str, config: dict[str, Any]) -> None:
@@ -109,7 +109,7 @@ def put_device_plugin_config(state: State, name: str, config: dict[str, Any]) ->
     state["configmaps"][f"{GPU_OPERATOR_NAMESPACE}/{DEVICE_PLUGIN_CONFIGMAP}"] = configmap
 
 
-def restart_device_plugin(state: State, node: str, now: float) -> None:
+def restart_device_plugin(state: State, node: str, now: float, *, new_node: bool = False) -> None:
     """Replace the device plugin pod of `node`; the new one runs the config the node's label names.
 
     An unknown or invalid config, or one the node's GPUs cannot run (MPS on MIG-enabled GPUs or
@@ -146,7 +146,9 @@ def restart_device_plugin(state: State, node: str, now: float) -> None:
             except InvalidSharingConfig as exc:
                 raise ClusterError(f"device plugin on {node}: {exc}") from None
     sim["plugin"] = _spec_dict(config_name, spec)
-    for key, pod in list(state["pods"].items()):
+    # A node just stored has no plugin pod to replace; skipping the scan of every pod keeps
+    # adding a fleet of N nodes linear (each node's plugin pod makes that list grow with N).
+    for key, pod in [] if new_node else list(state["pods"].items()):
         if pod["spec"].get("nodeName") == node and owner_name(pod) == DEVICE_PLUGIN_DAEMONSET:
             delete_pod(state, key)
     _start_plugin_pod(state, node, now)

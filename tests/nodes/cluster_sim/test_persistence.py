@@ -75,3 +75,57 @@ def test_concurrent_writers_in_two_processes_lose_no_update(state_path):
     assert [w.wait(timeout=60) for w in writers] == [0, 0]
     labels = node(SimulatedCluster(state_path), "gpu-1").labels
     assert {key for key in labels if key.startswith("writer-")} == {f"writer-{w}/n{i}" for w in "ab" for i in range(20)}
+
+
+# ---- the per-process parsed state --------------------------------------------------------------
+
+
+def test_an_unchanged_file_is_not_parsed_again(state_path, monkeypatch):
+    cluster = SimulatedCluster(state_path)
+    cluster.add_gpu_node("gpu-1", product="NVIDIA-L4", gpu_count=1, gpu_memory_mib=23034)
+    parses = []
+    real_loads = json.loads
+    monkeypatch.setattr("nodes.cluster.sim.store.json.loads", lambda text: parses.append(1) or real_loads(text))
+
+    assert [n.name for n in SimulatedCluster(state_path).list_nodes()] == ["gpu-1"]
+    cluster.set_node_labels("gpu-1", {"team": "a"})
+    assert node(cluster, "gpu-1").labels["team"] == "a"
+    assert parses == []
+
+
+def test_a_change_by_another_process_is_read_again(state_path):
+    cluster = SimulatedCluster(state_path)
+    cluster.add_gpu_node("gpu-1", product="NVIDIA-L4", gpu_count=1, gpu_memory_mib=23034)
+    assert len(cluster.list_nodes()) == 1  # parsed and kept by this process
+    code = """
+        import sys
+        from nodes.cluster.sim import SimulatedCluster
+        SimulatedCluster(sys.argv[1]).set_node_labels("gpu-1", {"from": "child"})
+    """
+    assert _python(code, str(state_path)).wait(timeout=30) == 0
+
+    assert node(cluster, "gpu-1").labels["from"] == "child"
+    cluster.set_node_labels("gpu-1", {"from-parent": "yes"})  # written over the child's state, not a stale one
+    assert {"from": "child", "from-parent": "yes"}.items() <= json.loads(state_path.read_text())["nodes"]["gpu-1"][
+        "metadata"]["labels"].items()
+
+
+def test_a_file_rewritten_in_place_is_read_again(state_path):
+    cluster = SimulatedCluster(state_path)
+    cluster.add_gpu_node("gpu-1", product="NVIDIA-L4", gpu_count=1, gpu_memory_mib=23034)
+    state = json.loads(state_path.read_text())
+    state["nodes"]["gpu-1"]["metadata"]["labels"]["edited"] = "by-hand"
+    state_path.write_text(json.dumps(state))  # no token: only the file's identity tells
+
+    assert node(cluster, "gpu-1").labels["edited"] == "by-hand"
+
+
+def test_changes_of_a_block_that_raised_are_not_kept_in_memory(state_path):
+    cluster = SimulatedCluster(state_path)
+    cluster.add_gpu_node("gpu-1", product="NVIDIA-L4", gpu_count=1, gpu_memory_mib=23034)
+    with pytest.raises(RuntimeError):
+        with cluster.state_file.transaction(lambda state: None) as state:
+            state["nodes"]["gpu-1"]["metadata"]["labels"]["half-done"] = "yes"
+            raise RuntimeError("the block failed")
+
+    assert "half-done" not in node(cluster, "gpu-1").labels

@@ -3,6 +3,8 @@ InferenceService alternative (on the demo cluster).
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 from prometheus_client import REGISTRY
 
@@ -127,14 +129,49 @@ def test_nothing_fits_gives_the_kube_scheduler_diagnosis(cluster):
     assert raised.value.decision["diagnosis"]["available"] == 0
 
 
-def test_each_decision_is_timed_into_the_histogram(cluster):
-    def count() -> float:
-        return REGISTRY.get_sample_value("gpuplane_placement_decision_seconds_count") or 0.0
+def _histogram(sample: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(f"gpuplane_placement_decision_seconds{sample}", labels) or 0.0
 
-    before = count()
-    services.deploy(spec(replicas=2), cluster=cluster)
 
-    assert count() == before + 2
+class SlowCluster:
+    """The simulated cluster, with a cluster API that takes `delay_s` to create a workload."""
+
+    def __init__(self, cluster, delay_s: float) -> None:
+        self._cluster, self.delay_s = cluster, delay_s
+
+    def create_workload(self, spec) -> None:
+        time.sleep(self.delay_s)
+        self._cluster.create_workload(spec)
+
+    def __getattr__(self, name):
+        return getattr(self._cluster, name)
+
+
+def test_the_histogram_times_the_whole_request_once_slow_cluster_included(cluster):
+    count, total = _histogram("_count"), _histogram("_sum")
+    fast = _histogram("_bucket", le="0.25")
+
+    services.deploy(spec(replicas=2), cluster=SlowCluster(cluster, 0.3))
+
+    # One observation per request (not per replica), and it includes the 0.3 s the cluster took:
+    # timing only the placement core would have put it in the sub-0.25 s buckets.
+    assert _histogram("_count") == count + 1
+    assert _histogram("_sum") - total >= 0.3
+    assert _histogram("_bucket", le="0.25") == fast
+
+
+def test_a_request_that_fits_nowhere_is_timed_too(cluster):
+    count = _histogram("_count")
+    with pytest.raises(NoCapacity):
+        services.deploy(spec(name="huge", memory_gb=200), cluster=cluster)
+    assert _histogram("_count") == count + 1
+
+
+def test_placing_a_replica_of_an_existing_deployment_is_timed_once(cluster):
+    deployment = services.deploy(spec(replicas=1), cluster=cluster)
+    count = _histogram("_count")
+    services.place_replicas(deployment, [1], cluster=cluster)
+    assert _histogram("_count") == count + 1
 
 
 # ---- the OME InferenceService alternative ----------------------------------------------------------
