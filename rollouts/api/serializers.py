@@ -90,47 +90,47 @@ class RollingUpdateSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class MoveSerializer(serializers.Serializer):
+class RolloutMoveSerializer(serializers.Serializer):
     workload = serializers.CharField()
     size_milli = serializers.IntegerField()
     source = serializers.CharField()
     destination = serializers.CharField()
 
 
-class BatchSerializer(serializers.Serializer):
+class RolloutBatchSerializer(serializers.Serializer):
     index = serializers.IntegerField()
     nodes = serializers.ListField(child=serializers.CharField())
     capacity_dip_milli = serializers.IntegerField(help_text="Capacity of the batch's nodes, out of service together")
     total_capacity_milli = serializers.IntegerField()
     capacity_dip_percent = serializers.FloatField()
-    moves = MoveSerializer(many=True, help_text="Workloads re-placed elsewhere before the batch is drained")
+    moves = RolloutMoveSerializer(many=True, help_text="Workloads re-placed elsewhere before the batch is drained")
 
 
-class SkippedSerializer(serializers.Serializer):
+class RolloutSkippedSerializer(serializers.Serializer):
     node = serializers.CharField()
     reason = serializers.CharField()
 
 
-class RefusalSerializer(serializers.Serializer):
+class RolloutRefusalSerializer(serializers.Serializer):
     workload = serializers.CharField()
     node = serializers.CharField()
     reason = serializers.CharField()
 
 
-class PreviewSerializer(serializers.Serializer):
+class RolloutPreviewSerializer(serializers.Serializer):
     config = RolloutConfigSerializer()
     strategy = serializers.ChoiceField(choices=RolloutStrategy.choices())
     max_unavailable = serializers.IntegerField()
     placer = serializers.CharField(help_text="How the preview chose where moved workloads go")
     feasible = serializers.BooleanField(help_text="False when it cannot be done safely now; see blockers")
     blockers = serializers.ListField(child=serializers.CharField())
-    batches = BatchSerializer(many=True)
-    skipped = SkippedSerializer(many=True)
-    refusals = RefusalSerializer(many=True)
+    batches = RolloutBatchSerializer(many=True)
+    skipped = RolloutSkippedSerializer(many=True)
+    refusals = RolloutRefusalSerializer(many=True)
     explanation = serializers.ListField(child=serializers.CharField())
 
 
 class RolloutRefusedSerializer(serializers.Serializer):
     detail = serializers.CharField()
     reasons = serializers.ListField(child=serializers.CharField())
-    preview = PreviewSerializer()
+    preview = RolloutPreviewSerializer()

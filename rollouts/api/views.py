@@ -20,9 +20,9 @@ from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import OPERATOR
 from gpuplane.strict_input import StrictQueryParametersMixin
 from rollouts.api.serializers import (
-    PreviewSerializer,
     RollingUpdateSerializer,
     RolloutCreateSerializer,
+    RolloutPreviewSerializer,
     RolloutRefusedSerializer,
 )
 from rollouts.choices import RolloutStatus
@@ -83,11 +83,11 @@ class RollingUpdateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Str
 
     @extend_schema(
         request=RolloutCreateSerializer,
-        responses={200: PreviewSerializer, 400: OpenApiResponse(description="Invalid input: messages per field")},
+        responses={200: RolloutPreviewSerializer, 400: OpenApiResponse(description="Invalid input: messages per field")},
         filters=False,
     )
     @action(detail=False, methods=["post"], pagination_class=None, filterset_class=None)
     def preview(self, request: Request) -> Response:
         """Dry run: the batches, the workloads that will move and where, the capacity dip, what blocks it. Nothing is stored."""
         shown = self._request(request).preview()
-        return Response(PreviewSerializer(shown.as_dict()).data)
+        return Response(RolloutPreviewSerializer(shown.as_dict()).data)
