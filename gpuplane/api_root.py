@@ -2,7 +2,7 @@
 
 A flat map of name to absolute URL. Routes that take a parameter are listed as URL templates
 with the parameter in braces (`.../nodes/{name}/`), as in the OpenAPI schema. The list is
-written out here rather than taken from a router, because the endpoints live in three apps and
+written out here rather than taken from a router, because the endpoints live in four apps and
 outside the routers (token, schema, docs, metrics); tests/gpuplane/test_api_root.py fails when
 a route is registered and not listed.
 """
@@ -28,6 +28,9 @@ ENDPOINTS: tuple[tuple[str, str, str], ...] = (
     ("deployments", "scheduler-api:deployment-list", ""),
     ("deployment", "scheduler-api:deployment-list", "{pk}/"),
     ("deployment-decision", "scheduler-api:deployment-list", "{pk}/decision/"),
+    ("rollouts", "rollouts-api:rollout-list", ""),
+    ("rollout", "rollouts-api:rollout-list", "{pk}/"),
+    ("rollout-preview", "rollouts-api:rollout-list", "preview/"),
     ("audit-events", "lifecycle-api:auditevent-list", ""),
     ("audit-event", "lifecycle-api:auditevent-list", "{pk}/"),
     ("auth-token", "api-token", ""),

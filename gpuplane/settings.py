@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "lifecycle",
     "nodes",
     "scheduler",
+    "rollouts",
 ]
 
 MIDDLEWARE = [

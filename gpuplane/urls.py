@@ -29,6 +29,7 @@ urlpatterns = [
     path("api/v1/", include("nodes.api.urls")),
     path("api/v1/", include("scheduler.api.urls")),
     path("api/v1/", include("lifecycle.api.urls")),
+    path("api/v1/", include("rollouts.api.urls")),
     # Prometheus scrapes this; open unless GPUPLANE_METRICS_TOKEN is set (gpuplane/observability.py).
     path("metrics", MetricsView.as_view(), name="metrics"),
     path("deployments/", include("scheduler.urls")),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from tests.architecture.graph import project_graph
 
-APPS = ("nodes", "scheduler", "lifecycle")
+APPS = ("nodes", "scheduler", "lifecycle", "rollouts")
 GPUPLANE_TOP_LAYER = ("gpuplane.views", "gpuplane.urls", "gpuplane.api")
 GPUPLANE_BASE = (
     "gpuplane.env", "gpuplane.roles", "gpuplane.observability", "gpuplane.celery", "gpuplane.web", "gpuplane.parsers",
@@ -84,3 +84,10 @@ def test_the_shared_page_helpers_import_only_base_modules():
     graph = project_graph()
     project = [i for i in graph.imports["gpuplane.web"] if i.target is not None]
     assert [i.describe() for i in project if not _within(i.name, GPUPLANE_BASE)] == []
+
+
+def test_only_the_top_layer_imports_rollouts():
+    # Rollouts move deployments and change nodes, so they sit above nodes, scheduler and lifecycle.
+    bad = [line for app in ("nodes", "scheduler", "lifecycle")
+           for line in _imports_of(app, lambda name: _within(name, ("rollouts",)))]
+    assert bad == [], "nodes, scheduler and lifecycle must not depend on rollouts:\n" + "\n".join(bad)

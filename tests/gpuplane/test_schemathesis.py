@@ -60,6 +60,8 @@ def keep_test_connection():
 SKIP_POSITIVE_ACCEPTANCE = {
     "POST /api/v1/auth/token/": "a well-formed username and password are refused unless that user exists",
     "POST /api/v1/telemetry/": "samples are refused for a node gpuplane does not know (this database has none)",
+    "POST /api/v1/rollouts/": "a rollout names nodes, which must exist (this database has none)",
+    "POST /api/v1/rollouts/preview/": "a preview names nodes, which must exist (this database has none)",
 }
 
 

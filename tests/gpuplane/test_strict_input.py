@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 from gpuplane.strict_input import RejectUnknownFieldsMixin, StrictIntegerField
 from nodes.api import telemetry
 from nodes.models import GPU, Node
+from rollouts.models import RollingUpdate
 from scheduler.api.serializers import DeploymentCreateSerializer
 from scheduler.models import Deployment
 from tests.scheduler.inventory import demo_cluster
@@ -54,6 +55,7 @@ def objects(admin_api) -> dict[str, str]:
     assert response.status_code == 201, response.content
     gpu = GPU.objects.select_related("node").first()
     assert gpu is not None
+    RollingUpdate.objects.create(name="ts4", config={"mode": "timeslice", "replicas": 4, "mig_layout": None})
     return {"name": gpu.node.name, "uuid": gpu.uuid}
 
 

@@ -1,0 +1,136 @@
+"""Shapes of `/api/v1/rollouts/`: the create/preview body, a rollout, a preview.
+
+The body's shape (types, enums, ranges) is checked here; what makes a config valid for a node
+(NVIDIA's limits, the MIG geometry) is decided once, by ``nodes.sharing.node_config`` through
+``rollouts.creating.validate_request``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from gpuplane.strict_input import StrictIntegerField, StrictSerializer, StrictStringField
+from nodes.vocabulary import SharingMode
+from rollouts.choices import NodeState, OnFailure, RolloutStatus, RolloutStrategy
+from rollouts.models import RollingUpdate, RolloutNode
+
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# NVIDIA: a GPU holds at most 7 MIG instances, whatever the profile.
+MAX_MIG_INSTANCES = 7
+# The max_unavailable column's range.
+MAX_UNAVAILABLE = 32767
+
+
+@extend_schema_field({"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": 63})
+class RolloutNameField(StrictStringField):
+    pass
+
+
+class RolloutConfigSerializer(StrictSerializer):
+    """A node sharing config, ``{"mode", "replicas", "mig_layout"}`` (as a node's desired_config)."""
+
+    mode = serializers.ChoiceField(choices=SharingMode.choices())
+    replicas = StrictIntegerField(
+        required=False, allow_null=True, min_value=2,
+        help_text="Replicas per GPU for mps, mps-weighted and timeslice (null otherwise); mps at most the GPU's MPS client limit.",
+    )
+    mig_layout = serializers.DictField(
+        child=StrictIntegerField(min_value=1, max_value=MAX_MIG_INSTANCES), required=False, allow_null=True,
+        help_text='For mig only: MIG profile to count on every GPU, e.g. {"3g.40gb": 2}; must fit the GPU model.',
+    )
+
+
+class RolloutCreateSerializer(StrictSerializer):
+    """The body of `POST /api/v1/rollouts/` and of `.../preview/`."""
+
+    name = RolloutNameField(max_length=63, validators=[RegexValidator(NAME_PATTERN, "Enter a DNS label: a-z, 0-9 and '-'.")])
+    nodes = serializers.ListField(child=StrictStringField(max_length=253), min_length=1, max_length=1000)
+    config = RolloutConfigSerializer()
+    strategy = serializers.ChoiceField(choices=RolloutStrategy.choices(), default=RolloutStrategy.ROLLING)
+    max_unavailable = StrictIntegerField(min_value=1, max_value=MAX_UNAVAILABLE, default=1)
+    on_failure = serializers.ChoiceField(choices=OnFailure.choices(), default=OnFailure.PAUSE)
+
+    def request_values(self) -> dict[str, Any]:
+        """The validated body as ``rollouts.creating.validate_request`` keywords."""
+        data = dict(self.validated_data)
+        data["node_names"] = data.pop("nodes")
+        return data
+
+
+class RolloutNodeSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node_name", read_only=True)
+    state = serializers.ChoiceField(choices=NodeState.choices(), read_only=True)
+
+    class Meta:
+        model = RolloutNode
+        fields = ["node", "state", "batch_index", "reason", "updated_at"]
+        read_only_fields = fields
+
+
+class RollingUpdateSerializer(serializers.ModelSerializer):
+    """A rollout; expects its ``nodes`` prefetched."""
+
+    status = serializers.ChoiceField(choices=RolloutStatus.choices(), read_only=True)
+    strategy = serializers.ChoiceField(choices=RolloutStrategy.choices(), read_only=True)
+    on_failure = serializers.ChoiceField(choices=OnFailure.choices(), read_only=True)
+    config = RolloutConfigSerializer(read_only=True)
+    progress_percent = serializers.FloatField(read_only=True)
+    nodes = RolloutNodeSerializer(many=True, read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = RollingUpdate
+        fields = [
+            "id", "name", "status", "progress_percent", "nodes", "config", "strategy", "max_unavailable",
+            "on_failure", "message", "created_by", "created_at", "updated_at", "started_at", "finished_at",
+        ]
+        read_only_fields = fields
+
+
+class RolloutMoveSerializer(serializers.Serializer):
+    workload = serializers.CharField()
+    size_milli = serializers.IntegerField()
+    source = serializers.CharField()
+    destination = serializers.CharField()
+
+
+class RolloutBatchSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    nodes = serializers.ListField(child=serializers.CharField())
+    capacity_dip_milli = serializers.IntegerField(help_text="Capacity of the batch's nodes, out of service together")
+    total_capacity_milli = serializers.IntegerField()
+    capacity_dip_percent = serializers.FloatField()
+    moves = RolloutMoveSerializer(many=True, help_text="Workloads re-placed elsewhere before the batch is drained")
+
+
+class RolloutSkippedSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class RolloutRefusalSerializer(serializers.Serializer):
+    workload = serializers.CharField()
+    node = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class RolloutPreviewSerializer(serializers.Serializer):
+    config = RolloutConfigSerializer()
+    strategy = serializers.ChoiceField(choices=RolloutStrategy.choices())
+    max_unavailable = serializers.IntegerField()
+    placer = serializers.CharField(help_text="How the preview chose where moved workloads go")
+    feasible = serializers.BooleanField(help_text="False when it cannot be done safely now; see blockers")
+    blockers = serializers.ListField(child=serializers.CharField())
+    batches = RolloutBatchSerializer(many=True)
+    skipped = RolloutSkippedSerializer(many=True)
+    refusals = RolloutRefusalSerializer(many=True)
+    explanation = serializers.ListField(child=serializers.CharField())
+
+
+class RolloutRefusedSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    reasons = serializers.ListField(child=serializers.CharField())
+    preview = RolloutPreviewSerializer()

@@ -1,0 +1,93 @@
+"""`/api/v1/rollouts/`: create (with its preview checked), dry-run preview, list, read.
+
+Thin: HTTP to ``rollouts.creating`` calls and their outcomes to status codes. 201 stored
+(pending); 400 invalid input (field messages; a config's reason per GPU model); 409 the preview
+shows it cannot be done safely now (the reasons and the preview; nothing stored). Reading needs
+the viewer role, creating and previewing the operator role.
+"""
+from __future__ import annotations
+
+import django_filters
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, serializers, status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.viewsets import GenericViewSet
+
+from gpuplane.parsers import LimitedJSONParser
+from gpuplane.roles import OPERATOR
+from gpuplane.strict_input import StrictQueryParametersMixin
+from rollouts.api.serializers import (
+    RollingUpdateSerializer,
+    RolloutCreateSerializer,
+    RolloutPreviewSerializer,
+    RolloutRefusedSerializer,
+)
+from rollouts.choices import RolloutStatus
+from rollouts.creating import InvalidRollout, RolloutRefused, RolloutRequest, create_rollout, validate_request
+from rollouts.models import RollingUpdate
+
+
+class RolloutFilterSet(django_filters.FilterSet):
+    """`?status=` (repeatable; an unknown status is a 400)."""
+
+    status = django_filters.MultipleChoiceFilter(choices=RolloutStatus.choices())
+
+    class Meta:
+        model = RollingUpdate
+        fields = ["status"]
+
+
+class RollingUpdateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, StrictQueryParametersMixin, GenericViewSet):
+    serializer_class = RollingUpdateSerializer
+    filterset_class = RolloutFilterSet
+    # The config is a nested object, which form posts cannot carry.
+    parser_classes = [LimitedJSONParser]
+    write_role = OPERATOR
+    lookup_value_regex = r"[0-9]+"
+    ordering_fields = ["created_at", "name", "status"]
+    ordering = ["-created_at", "-id"]
+
+    def get_queryset(self) -> QuerySet[RollingUpdate]:
+        return RollingUpdate.objects.select_related("created_by").prefetch_related("nodes").order_by("-created_at", "-id")
+
+    def _request(self, request: Request) -> RolloutRequest:
+        body = RolloutCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            return validate_request(**body.request_values())
+        except InvalidRollout as error:
+            raise serializers.ValidationError(error.errors) from None
+
+    @extend_schema(
+        request=RolloutCreateSerializer,
+        responses={
+            201: RollingUpdateSerializer,
+            400: OpenApiResponse(description="Invalid input: messages per field (a config's per GPU model)"),
+            409: OpenApiResponse(RolloutRefusedSerializer, description="Not safe now (see reasons); nothing stored"),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        """Create a pending rollout after checking its preview: every workload to move has somewhere to go."""
+        rollout_request = self._request(request)
+        try:
+            rollout = create_rollout(rollout_request, actor=request.user)
+        except RolloutRefused as error:
+            body = {"detail": "The rollout cannot be done safely now; nothing was stored.",
+                    "reasons": list(error.preview.blockers), "preview": error.preview.as_dict()}
+            return Response(body, status=status.HTTP_409_CONFLICT)
+        rollout = self.get_queryset().get(pk=rollout.pk)
+        return Response(self.get_serializer(rollout).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=RolloutCreateSerializer,
+        responses={200: RolloutPreviewSerializer, 400: OpenApiResponse(description="Invalid input: messages per field")},
+        filters=False,
+    )
+    @action(detail=False, methods=["post"], pagination_class=None, filterset_class=None)
+    def preview(self, request: Request) -> Response:
+        """Dry run: the batches, the workloads that will move and where, the capacity dip, what blocks it. Nothing is stored."""
+        shown = self._request(request).preview()
+        return Response(RolloutPreviewSerializer(shown.as_dict()).data)

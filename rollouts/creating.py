@@ -1,0 +1,123 @@
+"""Creating a rollout: validate the request against the nodes it names, preview it, store it.
+
+``validate_request`` raises ``InvalidRollout`` (a 400: messages per field, the config's from
+NVIDIA's rules or the MIG planner for each named node's GPU model); ``create_rollout`` raises
+``RolloutRefused`` (a 409) when the preview shows it cannot be done safely now. A stored rollout
+is ``pending`` with one ``RolloutNode`` per target: ``skipped`` with the planner's reason, or
+``pending`` in its batch. Starting it is the reconciler's job, not this module's.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from lifecycle.audit import record
+from nodes.models import Node
+from nodes.node_configs import applied_config, validate_for_node
+from nodes.sharing.node_config import InvalidNodeConfig, NodeConfig
+from rollouts.choices import NodeState, OnFailure, RolloutStatus, RolloutStrategy
+from rollouts.models import RollingUpdate, RolloutNode
+from rollouts.preview import Preview, preview
+
+ROLLOUT_CREATED = "rollingupdate.created"
+
+
+class InvalidRollout(Exception):
+    def __init__(self, errors: dict[str, Any]) -> None:
+        super().__init__(str(errors))
+        self.errors = errors
+
+
+class RolloutRefused(Exception):
+    """The preview shows the rollout cannot be done safely now; nothing was stored."""
+
+    def __init__(self, preview: Preview) -> None:
+        super().__init__("; ".join(preview.blockers))
+        self.preview = preview
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    name: str
+    nodes: tuple[str, ...]
+    config: NodeConfig
+    strategy: str = RolloutStrategy.ROLLING
+    max_unavailable: int = 1
+    on_failure: str = OnFailure.PAUSE
+
+    def preview(self) -> Preview:
+        return preview(self.nodes, self.config, strategy=self.strategy, max_unavailable=self.max_unavailable)
+
+
+def validate_request(name: str, node_names: Sequence[str], config: Any, *, strategy: str = RolloutStrategy.ROLLING,
+                     max_unavailable: int = 1, on_failure: str = OnFailure.PAUSE) -> RolloutRequest:
+    """The request as values, checked against the database: every node exists, and ``config``
+    (the API shape) is valid for each node's GPU model."""
+    errors: dict[str, Any] = {}
+    if not node_names:
+        errors["nodes"] = ["Name at least one node."]
+    duplicates = sorted(name for name, count in Counter(node_names).items() if count > 1)
+    if duplicates:
+        errors["nodes"] = [f"Named more than once: {', '.join(duplicates)}."]
+    nodes = {node.name: node for node in Node.objects.filter(name__in=list(node_names))}
+    unknown = [n for n in node_names if n not in nodes]
+    if unknown:
+        errors.setdefault("nodes", []).append(f"Unknown node{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}.")
+    parsed: NodeConfig | None = None
+    # One check per GPU model: NVIDIA's limits (MPS clients, MIG geometry) depend on it.
+    by_model: dict[str, list[Node]] = defaultdict(list)
+    for node in nodes.values():
+        by_model[node.gpu_model].append(node)
+    config_errors: dict[str, list[str]] = defaultdict(list)
+    for model, group in sorted(by_model.items()):
+        try:
+            parsed = validate_for_node(group[0], config)
+        except InvalidNodeConfig as error:
+            where = f"{model or 'unknown GPU model'} ({', '.join(sorted(n.name for n in group))})"
+            for field, messages in error.field_errors().items():
+                config_errors[field].extend(f"{where}: {message}" for message in messages)
+    if config_errors:
+        errors["config"] = dict(config_errors)
+    if errors:
+        raise InvalidRollout(errors)
+    assert parsed is not None  # at least one node, all known: the loop ran
+    return RolloutRequest(name, tuple(node_names), parsed, strategy, max_unavailable, on_failure)
+
+
+def create_rollout(request: RolloutRequest, *, actor: Any = None) -> RollingUpdate:
+    """Store ``request`` as a pending rollout, or raise ``RolloutRefused`` (nothing stored)."""
+    with transaction.atomic():
+        # Locking the target nodes serialises two creations naming the same node, so both cannot
+        # pass the "owned by another rollout" check.
+        targets = {n.name: n for n in Node.objects.select_for_update().filter(name__in=request.nodes).order_by("pk")}
+        shown = request.preview()
+        if not shown.safe:
+            raise RolloutRefused(shown)
+        rollout = RollingUpdate.objects.create(
+            name=request.name, config=request.config.as_dict(), strategy=request.strategy,
+            max_unavailable=request.max_unavailable, on_failure=request.on_failure,
+            status=RolloutStatus.PENDING, plan=shown.as_dict(),
+            created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        )
+        RolloutNode.objects.bulk_create(_rows(rollout, shown, targets))
+        record(ROLLOUT_CREATED, rollout, actor=actor, reason=f"{request.name}: to {request.config.describe()}",
+               after={"status": rollout.status, "nodes": sorted(request.nodes), "config": rollout.config})
+    return rollout
+
+
+def _rows(rollout: RollingUpdate, shown: Preview, targets: dict[str, Node]) -> list[RolloutNode]:
+    rows = []
+    for skipped in shown.plan.skipped:
+        node = targets[skipped.node]
+        rows.append(RolloutNode(rollout=rollout, node=node, node_name=node.name, state=NodeState.SKIPPED,
+                                reason=skipped.reason, previous_config=applied_config(node).as_dict()))
+    for batch in shown.plan.batches:
+        for name in batch.nodes:
+            node = targets[name]
+            rows.append(RolloutNode(rollout=rollout, node=node, node_name=name, state=NodeState.PENDING,
+                                    batch_index=batch.index, previous_config=applied_config(node).as_dict()))
+    return rows

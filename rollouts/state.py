@@ -1,0 +1,70 @@
+"""The rollout state machines: which status may follow which, moved only through ``transition``.
+
+Every move is the lifecycle helper's conditional UPDATE plus an audit event
+(``rollingupdate.<status>``, ``rolloutnode.<state>``), so a racing user and reconciler cannot
+both move the same row, and the event log tells the whole story of a rollout.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+
+from lifecycle.transitions import transition
+from rollouts.choices import NodeState, RolloutStatus
+from rollouts.models import RollingUpdate, RolloutNode
+
+S, N = RolloutStatus, NodeState
+
+# to-status -> the statuses it may come from.
+ROLLOUT_FROM: dict[str, tuple[str, ...]] = {
+    S.RUNNING: (S.PENDING, S.PAUSED),
+    S.PAUSED: (S.RUNNING,),
+    S.SUCCEEDED: (S.RUNNING,),
+    S.FAILED: (S.PENDING, S.RUNNING, S.PAUSED),
+    S.ROLLED_BACK: (S.RUNNING, S.PAUSED),
+}
+_FINAL = (S.SUCCEEDED, S.FAILED, S.ROLLED_BACK)
+
+NODE_FROM: dict[str, tuple[str, ...]] = {
+    N.PREWARMING: (N.PENDING,),
+    N.DRAINING: (N.PREWARMING,),
+    N.RECONFIGURING: (N.DRAINING,),
+    N.VERIFYING: (N.RECONFIGURING,),
+    N.SUCCEEDED: (N.VERIFYING,),
+    N.FAILED: (N.PREWARMING, N.DRAINING, N.RECONFIGURING, N.VERIFYING),
+    N.ROLLED_BACK: (N.FAILED, N.SUCCEEDED),
+}
+
+
+class IllegalTransition(ValueError):
+    """A move the state machine does not have (a programming error, not a lost race)."""
+
+
+def move_rollout(rollout: RollingUpdate, to: str, *, actor: Any = None, reason: str = "") -> bool:
+    """Move ``rollout`` to status ``to``; False when it is no longer in a state that allows it."""
+    if to not in ROLLOUT_FROM:
+        raise IllegalTransition(f"a rollout never moves to {to!r}")
+    now = timezone.now()
+    values: dict[str, Any] = {"message": reason}
+    if to == S.RUNNING and rollout.started_at is None:
+        values["started_at"] = now
+    if to in _FINAL:
+        values["finished_at"] = now
+    moved = transition(RollingUpdate, rollout.pk, ROLLOUT_FROM[to], to, actor=actor, reason=reason, values=values)
+    if moved:
+        rollout.status = to
+        for name, value in values.items():
+            setattr(rollout, name, value)
+    return moved
+
+
+def move_node(step: RolloutNode, to: str, *, actor: Any = None, reason: str = "") -> bool:
+    """Move one node of a rollout to state ``to``; False when it is no longer in a state that allows it."""
+    if to not in NODE_FROM:
+        raise IllegalTransition(f"a rollout node never moves to {to!r}")
+    moved = transition(RolloutNode, step.pk, NODE_FROM[to], to, field="state", actor=actor, reason=reason,
+                       values={"reason": reason})
+    if moved:
+        step.state, step.reason = to, reason
+    return moved

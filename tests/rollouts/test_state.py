@@ -1,0 +1,72 @@
+"""The rollout state machines: legal moves happen once, each with an audit event; others never."""
+from __future__ import annotations
+
+import pytest
+
+from lifecycle.models import AuditEvent
+from rollouts.choices import NodeState, RolloutStatus
+from rollouts.models import RollingUpdate, RolloutNode
+from rollouts.state import IllegalTransition, move_node, move_rollout
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def rollout() -> RollingUpdate:
+    update = RollingUpdate.objects.create(name="r", config={"mode": "exclusive", "replicas": None, "mig_layout": None})
+    RolloutNode.objects.create(rollout=update, node_name="gpu-a", batch_index=1)
+    RolloutNode.objects.create(rollout=update, node_name="gpu-b", batch_index=2)
+    return update
+
+
+def test_a_rollout_runs_pauses_resumes_and_succeeds_each_step_audited(rollout):
+    assert move_rollout(rollout, RolloutStatus.RUNNING, actor="system:rollouts", reason="started")
+    started = RollingUpdate.objects.get(pk=rollout.pk).started_at
+    assert started is not None
+    assert move_rollout(rollout, RolloutStatus.PAUSED, reason="node gpu-a failed")
+    assert move_rollout(rollout, RolloutStatus.RUNNING)
+    assert move_rollout(rollout, RolloutStatus.SUCCEEDED)
+
+    stored = RollingUpdate.objects.get(pk=rollout.pk)
+    assert stored.status == "succeeded" and stored.finished_at is not None
+    assert stored.started_at == started  # resuming keeps the first start
+    verbs = list(AuditEvent.objects.filter(object_id=str(rollout.pk)).order_by("pk").values_list("verb", flat=True))
+    assert verbs == ["rollingupdate.running", "rollingupdate.paused", "rollingupdate.running", "rollingupdate.succeeded"]
+    paused = AuditEvent.objects.get(verb="rollingupdate.paused")
+    assert paused.before == {"status": "running"} and paused.reason == "node gpu-a failed"
+
+
+def test_a_move_from_the_wrong_state_does_nothing(rollout):
+    assert not move_rollout(rollout, RolloutStatus.SUCCEEDED)  # pending cannot succeed without running
+    assert move_rollout(rollout, RolloutStatus.FAILED)
+    assert not move_rollout(rollout, RolloutStatus.RUNNING)  # a finished rollout never restarts
+    assert RollingUpdate.objects.get(pk=rollout.pk).status == "failed"
+    assert AuditEvent.objects.filter(object_id=str(rollout.pk)).count() == 1
+
+
+def test_a_stale_copy_loses_the_race():
+    update = RollingUpdate.objects.create(name="r", config={})
+    other_copy = RollingUpdate.objects.get(pk=update.pk)
+    assert move_rollout(update, RolloutStatus.RUNNING)
+    assert move_rollout(update, RolloutStatus.PAUSED)
+    # The other copy still believes "pending" but the row is paused: pause -> paused is not a move.
+    assert not move_rollout(other_copy, RolloutStatus.PAUSED)
+
+
+def test_a_node_goes_through_its_steps_in_order(rollout):
+    step = rollout.nodes.get(node_name="gpu-a")
+    assert not move_node(step, NodeState.DRAINING)  # never drained before its workloads are pre-warmed
+    for state in (NodeState.PREWARMING, NodeState.DRAINING, NodeState.RECONFIGURING, NodeState.VERIFYING,
+                  NodeState.SUCCEEDED):
+        assert move_node(step, state), state
+    assert rollout.progress_percent == 50.0
+    assert move_node(step, NodeState.ROLLED_BACK, reason="rollout rolled back")
+    assert RolloutNode.objects.get(pk=step.pk).reason == "rollout rolled back"
+    assert AuditEvent.objects.filter(verb__startswith="rolloutnode.").count() == 6
+
+
+def test_unknown_states_are_a_programming_error(rollout):
+    with pytest.raises(IllegalTransition):
+        move_rollout(rollout, RolloutStatus.PENDING)
+    with pytest.raises(IllegalTransition):
+        move_node(rollout.nodes.first(), NodeState.SKIPPED)
