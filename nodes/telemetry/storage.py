@@ -19,6 +19,9 @@ from nodes.telemetry.samples import LATEST_FIELDS, METRIC_FIELDS, SampleIn
 # Rows per INSERT: keeps every statement under SQLite's 32,766 and PostgreSQL's 65,535 bound
 # parameters (9 per row).
 INSERT_CHUNK_ROWS = 1000
+# UUIDs per SELECT when resolving: a fleet's worth (40,000) in one IN list would pass SQLite's
+# 32,766 bound parameters.
+RESOLVE_CHUNK_UUIDS = 5000
 
 
 class ResolvedGPU(NamedTuple):
@@ -32,11 +35,15 @@ class ResolvedGPU(NamedTuple):
 
 
 def resolve_gpus(uuids: Iterable[str]) -> dict[str, ResolvedGPU]:
-    """uuid -> ResolvedGPU for the GPUs that exist (unknown UUIDs are absent); one query."""
-    rows = GPU.objects.filter(uuid__in=list(uuids)).values_list(
-        "uuid", "pk", "node_id", "sampled_at", "model", "memory_mib"
-    )
-    return {uuid: ResolvedGPU(*values) for uuid, *values in rows}
+    """uuid -> ResolvedGPU for the GPUs that exist (unknown UUIDs are absent); one query per RESOLVE_CHUNK_UUIDS."""
+    wanted = list(uuids)
+    resolved: dict[str, ResolvedGPU] = {}
+    for start in range(0, len(wanted), RESOLVE_CHUNK_UUIDS):
+        rows = GPU.objects.filter(uuid__in=wanted[start : start + RESOLVE_CHUNK_UUIDS]).values_list(
+            "uuid", "pk", "node_id", "sampled_at", "model", "memory_mib"
+        )
+        resolved.update((uuid, ResolvedGPU(*values)) for uuid, *values in rows)
+    return resolved
 
 
 def insert_samples_ignoring_duplicates(rows: dict[tuple[int, datetime], SampleIn], source: str) -> int:

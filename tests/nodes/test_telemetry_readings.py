@@ -13,7 +13,6 @@ from django.utils import timezone
 from nodes.collectors.base import GPUReading, empty_reading
 from nodes.models import GPU, GPUSample
 from nodes.telemetry.readings import StoreReport, store_readings
-from nodes.telemetry.validation import TelemetryRejected
 from tests.nodes.factories import make_node
 
 pytestmark = pytest.mark.django_db
@@ -117,15 +116,28 @@ def test_when_every_sample_is_dropped_nothing_is_written(now):
     assert GPU.objects.get().sampled_at is None
 
 
-def test_a_batch_over_the_limit_is_still_refused_whole(now, settings):
+def test_the_api_batch_limit_does_not_bound_what_the_server_stores(now, settings):
+    # TELEMETRY_MAX_BATCH protects the API; a poll above it once stopped telemetry fleet-wide.
     settings.TELEMETRY_MAX_BATCH = 1
     make_node("n1", gpu_count=2)
 
-    with pytest.raises(TelemetryRejected) as refused:
-        store_readings([reading("GPU-n1-0", now), reading("GPU-n1-1", now)], source="dcgm", now=now)
+    report = store_readings([reading("GPU-n1-0", now), reading("GPU-n1-1", now)], source="dcgm", now=now)
 
-    assert isinstance(refused.value.errors["samples"], list)
-    assert not GPUSample.objects.exists()
+    assert report.stored == 2
+    assert GPUSample.objects.count() == 2
+
+
+def test_uuids_are_resolved_in_bounded_queries(now, monkeypatch):
+    # A fleet's UUIDs in one IN list would pass SQLite's bound-parameter limit.
+    monkeypatch.setattr("nodes.telemetry.storage.RESOLVE_CHUNK_UUIDS", 2)
+    make_node("n1", gpu_count=5)
+
+    with CaptureQueriesContext(connection) as captured:
+        report = store_readings([reading(f"GPU-n1-{i}", now) for i in range(5)], source="dcgm", now=now)
+
+    gpu_reads = [q["sql"] for q in captured if q["sql"].startswith("SELECT") and 'FROM "nodes_gpu"' in q["sql"]]
+    assert len(gpu_reads) == 3
+    assert report.stored == 5 and report.unknown_gpus == 0
 
 
 def test_the_report_keeps_the_poll_summarys_key_order(now):
