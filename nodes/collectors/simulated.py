@@ -126,10 +126,11 @@ class SimulatedCollector:
         """One reading per GPU of each ready node, by node name and index (two queries)."""
         ts = self._clock().replace(microsecond=0)
         gpus = list(
+            # No Node objects: ordering by name needs only the join, and one per GPU was a third
+            # of a 40,000-GPU poll's reading time.
             GPU.objects.filter(node__ready=True)
-            .select_related("node")
             .only("id", "uuid", "index", "model", "memory_mib", "mig_enabled", "allocated_milli",
-                  "allocated_memory_mib", "node__name", "node__ready")
+                  "allocated_memory_mib")
             .order_by("node__name", "index")
         )
         occupants, mig_instances = self._partitions()

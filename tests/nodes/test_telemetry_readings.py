@@ -127,17 +127,20 @@ def test_the_api_batch_limit_does_not_bound_what_the_server_stores(now, settings
     assert GPUSample.objects.count() == 2
 
 
-def test_uuids_are_resolved_in_bounded_queries(now, monkeypatch):
+def test_a_fleet_of_uuids_is_resolved_by_one_read_of_the_table_not_an_in_list(now, monkeypatch):
     # A fleet's UUIDs in one IN list would pass SQLite's bound-parameter limit.
-    monkeypatch.setattr("nodes.telemetry.storage.RESOLVE_CHUNK_UUIDS", 2)
+    monkeypatch.setattr("nodes.telemetry.storage.RESOLVE_IN_LIST_MAX", 2)
     make_node("n1", gpu_count=5)
+    make_node("other", gpu_count=1)  # read, but not one of the wanted GPUs
+    readings = [reading(f"GPU-n1-{i}", now) for i in range(5)] + [reading("GPU-not-in-inventory", now)]
 
     with CaptureQueriesContext(connection) as captured:
-        report = store_readings([reading(f"GPU-n1-{i}", now) for i in range(5)], source="dcgm", now=now)
+        report = store_readings(readings, source="dcgm", now=now)
 
     gpu_reads = [q["sql"] for q in captured if q["sql"].startswith("SELECT") and 'FROM "nodes_gpu"' in q["sql"]]
-    assert len(gpu_reads) == 3
-    assert report.stored == 5 and report.unknown_gpus == 0
+    assert len(gpu_reads) == 1 and " IN (" not in gpu_reads[0]
+    assert (report.stored, report.unknown_gpus) == (5, 1)
+    assert set(GPUSample.objects.values_list("gpu__node__name", flat=True)) == {"n1"}
 
 
 def test_the_report_keeps_the_poll_summarys_key_order(now):
