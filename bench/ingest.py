@@ -19,8 +19,8 @@ What it does, end to end in one process:
    server's; and, on PostgreSQL when /proc allows it, the CPU time of the database backend
    process serving the connection (a separate process, reported separately).
 5. Then stores as many intervals again straight through nodes.telemetry.ingest.ingest_samples in
-   batches of TELEMETRY_MAX_BATCH, the way poll_metrics_task stores what a collector read
-   (reported under "service").
+   batches of TELEMETRY_MAX_BATCH: the service without HTTP (reported under "service"). The
+   server's own poll is timed by bench/poll.py.
 
 The test client keeps one database connection for the whole run, as a server with persistent
 connections (DATABASE_CONN_MAX_AGE > 0) does; DEBUG is switched off so queries are not logged.
@@ -31,6 +31,7 @@ The requirement (DESIGN.md section 12): 10,000 GPUs every 30 s need well under o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -40,6 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,37 @@ class BackendCPU:
         # Fields after the ")" that ends the command name: utime and stime are the 12th and 13th.
         fields = self.stat_path.read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / self.ticks_per_s
+
+
+@contextlib.contextmanager
+def throwaway_database(benchmark: str) -> Iterator[None]:
+    """A migrated database beside the configured one for the block, destroyed after it (Django's
+    test-database utilities): `gpuplane_bench_<benchmark>_<pid>` on PostgreSQL, a temporary file
+    on SQLite. The configured (development) database is never touched. Needs django.setup()."""
+    from django.db import connection
+
+    test_settings = connection.settings_dict.setdefault("TEST", {})
+    tmp_dir = None
+    if connection.vendor == "sqlite":
+        tmp_dir = tempfile.TemporaryDirectory(prefix="gpuplane-bench-")
+        test_settings["NAME"] = str(Path(tmp_dir.name) / "bench.sqlite3")
+    else:
+        test_settings["NAME"] = f"gpuplane_bench_{benchmark}_{os.getpid()}"
+    old_name = connection.settings_dict["NAME"]
+    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    try:
+        yield
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+        if tmp_dir is not None:
+            tmp_dir.cleanup()
+
+
+def database_name(connection: Any) -> str:
+    """"sqlite 3.45.1" or "postgresql 150020": what the figures were measured on."""
+    if connection.vendor == "sqlite":
+        return f"sqlite {connection.Database.sqlite_version}"
+    return f"{connection.vendor} {connection.pg_version}"
 
 
 def _build_inventory(gpus: int) -> Inventory:
@@ -142,7 +175,7 @@ def _post_interval(client: Any, inventory: Inventory, ts: datetime, rng: random.
 
 
 def _ingest_interval(inventory: Inventory, ts: datetime, rng: random.Random) -> list[float]:
-    """The same samples straight into nodes.telemetry.ingest.ingest_samples, as poll_metrics_task stores them."""
+    """The same samples straight into nodes.telemetry.ingest.ingest_samples, TELEMETRY_MAX_BATCH a call."""
     from django.conf import settings
 
     from nodes.telemetry.ingest import ingest_samples
@@ -186,16 +219,7 @@ def run(gpus: int, intervals: int, seed: int = 42) -> dict[str, Any]:
 
     settings.DEBUG = False  # as in production: no query log
     service_batch = settings.TELEMETRY_MAX_BATCH
-    test_settings = connection.settings_dict.setdefault("TEST", {})
-    tmp_dir = None
-    if connection.vendor == "sqlite":
-        tmp_dir = tempfile.TemporaryDirectory(prefix="gpuplane-bench-")
-        test_settings["NAME"] = str(Path(tmp_dir.name) / "bench.sqlite3")
-    else:
-        test_settings["NAME"] = f"gpuplane_bench_ingest_{os.getpid()}"
-    old_name = connection.settings_dict["NAME"]
-    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    try:
+    with throwaway_database("ingest"):
         inventory = _build_inventory(gpus)
         client = APIClient()
         rng = random.Random(seed)
@@ -232,14 +256,7 @@ def run(gpus: int, intervals: int, seed: int = 42) -> dict[str, Any]:
             raise RuntimeError(f"stored {stored} samples, expected {expected}")
         if GPU.objects.exclude(sampled_at=slots[-1]).exists():
             raise RuntimeError("some GPU rows do not show the last interval's sample")
-        if connection.vendor == "sqlite":
-            database = f"sqlite {connection.Database.sqlite_version}"
-        else:
-            database = f"{connection.vendor} {connection.pg_version}"
-    finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
-        if tmp_dir is not None:
-            tmp_dir.cleanup()
+        database = database_name(connection)
 
     def median(rows: list[dict[str, Any]], key: str) -> float | None:
         values = [row[key] for row in rows if row[key] is not None]
@@ -261,7 +278,8 @@ def run(gpus: int, intervals: int, seed: int = 42) -> dict[str, Any]:
         "db_server_cpu_seconds_per_interval": median(api, "db_server_cpu_s"),
         "batch_p50_ms": round(_percentile(latencies, 50) * 1000, 2),
         "batch_p99_ms": round(_percentile(latencies, 99) * 1000, 2),
-        # The path of poll_metrics_task: ingest_samples() directly, TELEMETRY_MAX_BATCH samples a call.
+        # ingest_samples() directly, TELEMETRY_MAX_BATCH samples a call: the API's service without
+        # HTTP (poll_metrics_task stores through nodes.telemetry.poll; bench/poll.py times that).
         "service": {
             "batch_size": service_batch,
             "samples_per_s": round(gpus / median(service, "wall_s")),

@@ -268,6 +268,9 @@ TELEMETRY_RAW_RETENTION_H = env_int("GPUPLANE_TELEMETRY_RAW_RETENTION_H", 24, mi
 TELEMETRY_ROLLUP_BUCKET_S = env_int("GPUPLANE_TELEMETRY_ROLLUP_BUCKET_S", 300, minimum=60)
 TELEMETRY_ROLLUP_RETENTION_D = env_int("GPUPLANE_TELEMETRY_ROLLUP_RETENTION_D", 30, minimum=1)
 TELEMETRY_MAX_BATCH = env_int("GPUPLANE_TELEMETRY_MAX_BATCH", 5000, minimum=1)
+# The server's poll stores this many nodes per transaction (nodes.telemetry.poll): 250 nodes of
+# 8 GPUs are 2,000 samples. TELEMETRY_MAX_BATCH bounds API requests only, never the poll.
+TELEMETRY_POLL_SHARD_NODES = env_int("GPUPLANE_TELEMETRY_POLL_SHARD_NODES", 250, minimum=1)
 # A sample stamped further in the future than this is refused (clock skew allowance).
 TELEMETRY_MAX_FUTURE_SKEW_S = env_int("GPUPLANE_TELEMETRY_MAX_FUTURE_SKEW_S", 120, minimum=0)
 TELEMETRY_SIMULATION_SEED = env_int("GPUPLANE_TELEMETRY_SIMULATION_SEED", 42)

@@ -14,7 +14,7 @@ from django.conf import settings
 from lifecycle.locks import claim_slot, interval_slot, single_run
 from nodes.collectors.backends import get_collector
 from nodes.inventory.sync import sync_inventory
-from nodes.telemetry.readings import store_readings
+from nodes.telemetry.poll import store_poll
 from nodes.telemetry.rollup import rollup_and_expire
 
 logger = logging.getLogger(__name__)
@@ -77,10 +77,14 @@ def poll_metrics_task() -> dict[str, Any]:
        with the hard time limit; the next one returns {"skipped": True, "reason": "previous poll
        still running"}.
 
-    What is stored and what is left out is `nodes.telemetry.readings.store_readings`'s policy.
-    CollectorUnavailable propagates: the run fails visibly in the worker log and the next slot
-    tries again. Summary: the StoreReport's keys (source, readings, stored, duplicates,
-    unknown_gpus, empty, rejected), then slot.
+    The readings are stored TELEMETRY_POLL_SHARD_NODES nodes per transaction
+    (`nodes.telemetry.poll.store_poll`), so the poll's size follows the fleet's without any one
+    write growing with it, and a shard that cannot be written loses only its own nodes' interval
+    (logged as an error, counted in `failed_shards` and `lost`). What is stored and what is left
+    out is `nodes.telemetry.readings.store_readings`'s policy. CollectorUnavailable propagates: the
+    run fails visibly in the worker log and the next slot tries again. Summary: the PollReport's
+    keys (source, readings, stored, duplicates, unknown_gpus, empty, rejected, shards,
+    failed_shards, lost), then slot.
     """
     interval_s = settings.TELEMETRY_POLL_INTERVAL_S
     slot = interval_slot(interval_s)
@@ -96,9 +100,13 @@ def poll_metrics_task() -> dict[str, Any]:
         if not acquired:
             logger.info("telemetry poll skipped: the previous poll is still running")
             return {"skipped": True, "reason": "previous poll still running", "slot": slot}
-        summary = store_readings(collector.collect(), source=collector.name).as_dict()
+        report = store_poll(collector.collect(), source=collector.name, shard_nodes=settings.TELEMETRY_POLL_SHARD_NODES)
+    summary = report.as_dict()
     summary["slot"] = slot
-    logger.info("telemetry poll slot %d: %s", slot, summary)
+    if report.failed_shards:
+        logger.error("telemetry poll slot %d: %d shard(s) not stored: %s", slot, report.failed_shards, summary)
+    else:
+        logger.info("telemetry poll slot %d: %s", slot, summary)
     return summary
 
 

@@ -30,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from django.db.models import Q
 
@@ -69,6 +70,21 @@ _NAME_HINTS: tuple[tuple[str, str], ...] = (
 # Periods of the slow drift and of the short-term jitter, in seconds.
 _DRIFT_PERIOD_S = 300.0
 _JITTER_PERIOD_S = 30.0
+
+
+class _GPURow(NamedTuple):
+    """The GPU fields a reading is derived from, in _GPU_ROW_FIELDS' order."""
+
+    pk: int
+    uuid: str
+    gpu_index: int  # GPU.index (a tuple has an index() already)
+    model: str
+    memory_mib: int
+    mig_enabled: bool
+    allocated_memory_mib: int
+
+
+_GPU_ROW_FIELDS = ("pk", "uuid", "index", "model", "memory_mib", "mig_enabled", "allocated_memory_mib")
 
 
 @dataclass(frozen=True)
@@ -125,13 +141,14 @@ class SimulatedCollector:
     def collect(self) -> list[GPUReading]:
         """One reading per GPU of each ready node, by node name and index (two queries)."""
         ts = self._clock().replace(microsecond=0)
-        gpus = list(
-            GPU.objects.filter(node__ready=True)
-            .select_related("node")
-            .only("id", "uuid", "index", "model", "memory_mib", "mig_enabled", "allocated_milli",
-                  "allocated_memory_mib", "node__name", "node__ready")
+        # Plain rows, not model objects: building one GPU (and one Node) object per GPU was a
+        # third of a 40,000-GPU poll's reading time. Ordering by node name needs only the join.
+        gpus = [
+            _GPURow(*values)
+            for values in GPU.objects.filter(node__ready=True)
             .order_by("node__name", "index")
-        )
+            .values_list(*_GPU_ROW_FIELDS)
+        ]
         occupants, mig_instances = self._partitions()
         return [self._reading(gpu, occupants.get(gpu.pk, []), mig_instances.get(gpu.pk, ()), ts) for gpu in gpus]
 
@@ -158,7 +175,7 @@ class SimulatedCollector:
         return occupants, {gpu_id: tuple(items) for gpu_id, items in mig.items()}
 
     def _reading(
-        self, gpu: GPU, occupants: list[_Occupant], mig_instances: tuple[MIGInstanceReading, ...], ts: datetime
+        self, gpu: _GPURow, occupants: list[_Occupant], mig_instances: tuple[MIGInstanceReading, ...], ts: datetime
     ) -> GPUReading:
         t = ts.timestamp()
         seed = self.seed
@@ -195,7 +212,7 @@ class SimulatedCollector:
 
         return GPUReading(
             gpu_uuid=gpu.uuid,
-            index=gpu.index,
+            index=gpu.gpu_index,
             ts=ts,
             utilization_pct=round(utilization, 1),
             memory_used_mib=memory_used_mib,

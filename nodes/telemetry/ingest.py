@@ -7,7 +7,7 @@ applies its own drop policy and then writes through `write_samples()` here. Refu
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -65,7 +65,7 @@ def ingest_samples(
     return write_samples(samples, gpus, source)
 
 
-def write_samples(samples: Sequence[SampleIn], gpus: dict[str, ResolvedGPU], source: str) -> IngestResult:
+def write_samples(samples: Sequence[SampleIn], gpus: Mapping[str, ResolvedGPU], source: str) -> IngestResult:
     """Write samples already validated against `gpus` (every UUID among them); one transaction.
 
     One INSERT per INSERT_CHUNK_ROWS samples stores them, skipping (gpu, ts) pairs already stored

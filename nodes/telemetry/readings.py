@@ -6,7 +6,7 @@ a poll has nobody to correct it, so it stores what it can and says what it left 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from nodes.collectors.base import GPUReading
 from nodes.telemetry.ingest import write_samples
-from nodes.telemetry.storage import resolve_gpus
-from nodes.telemetry.validation import check_batch_size, check_source, validate_samples
+from nodes.telemetry.storage import ResolvedGPU, resolve_gpus
+from nodes.telemetry.validation import check_source, validate_samples
 
 logger = logging.getLogger(__name__)
 
@@ -38,23 +38,32 @@ class StoreReport:
         return asdict(self)
 
 
-def store_readings(readings: Sequence[GPUReading], *, source: str, now: datetime | None = None) -> StoreReport:
+def store_readings(
+    readings: Sequence[GPUReading],
+    *,
+    source: str,
+    now: datetime | None = None,
+    gpus: Mapping[str, ResolvedGPU] | None = None,
+) -> StoreReport:
     """Store the readings a collector returned, leaving out what storage cannot take; return a StoreReport.
 
-    The GPU table is read once, to resolve every UUID. Left out and counted: readings without any
-    metric (`empty`), readings of GPUs the inventory does not know (`unknown_gpus`), and samples
-    `validate_samples` refuses (`rejected`: a value out of range, a clock far off), which are
-    logged with their reasons, so one GPU's absurd value does not blank the whole fleet's charts.
-    The rest is written in one transaction (`write_samples`). Still raised: TelemetryRejected for
-    more than TELEMETRY_MAX_BATCH samples or a GPU deleted while the batch was written, and
-    ValueError for a `source` too long for GPUSample.source.
+    The GPU table is read once, to resolve every UUID (not at all when the caller passes `gpus`,
+    resolved already: `nodes.telemetry.poll` resolves a whole poll once and stores it in shards).
+    Left out and counted: readings without any metric (`empty`), readings of GPUs the inventory
+    does not know (`unknown_gpus`), and samples `validate_samples` refuses (`rejected`: a value out
+    of range, a clock far off), which are logged with their reasons, so one GPU's absurd value
+    does not blank the whole fleet's charts. The rest is written in one transaction
+    (`write_samples`). TELEMETRY_MAX_BATCH does not apply: it bounds what one API request may
+    send, not what the server's own poll stores (callers bound their batches, see
+    `nodes.telemetry.poll`). Still raised: TelemetryRejected for a GPU deleted while the batch was
+    written, and ValueError for a `source` too long for GPUSample.source.
     """
     check_source(source)
     with_metrics = [reading for reading in readings if reading.has_metrics]
-    gpus = resolve_gpus({reading.gpu_uuid for reading in with_metrics})
+    if gpus is None:
+        gpus = resolve_gpus({reading.gpu_uuid for reading in with_metrics})
     known = [reading for reading in with_metrics if reading.gpu_uuid in gpus]
     samples = [reading.to_sample() for reading in known]
-    check_batch_size(samples)
     refused = validate_samples(samples, gpus, None, now or timezone.now())
     if refused:
         logger.warning("telemetry from %s: %d sample(s) refused and dropped: %s", source, len(refused), refused)

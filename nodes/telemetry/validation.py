@@ -12,7 +12,7 @@ as they are::
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,7 +52,7 @@ def check_batch_size(samples: Sequence[SampleIn]) -> None:
 
 def validate_samples(
     samples: Sequence[SampleIn],
-    gpus: dict[str, ResolvedGPU],
+    gpus: Mapping[str, ResolvedGPU],
     node: Node | None,
     now: datetime,
 ) -> dict[str, dict[str, list[str]]]:

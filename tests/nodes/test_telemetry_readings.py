@@ -13,7 +13,6 @@ from django.utils import timezone
 from nodes.collectors.base import GPUReading, empty_reading
 from nodes.models import GPU, GPUSample
 from nodes.telemetry.readings import StoreReport, store_readings
-from nodes.telemetry.validation import TelemetryRejected
 from tests.nodes.factories import make_node
 
 pytestmark = pytest.mark.django_db
@@ -117,15 +116,31 @@ def test_when_every_sample_is_dropped_nothing_is_written(now):
     assert GPU.objects.get().sampled_at is None
 
 
-def test_a_batch_over_the_limit_is_still_refused_whole(now, settings):
+def test_the_api_batch_limit_does_not_bound_what_the_server_stores(now, settings):
+    # TELEMETRY_MAX_BATCH protects the API; a poll above it once stopped telemetry fleet-wide.
     settings.TELEMETRY_MAX_BATCH = 1
     make_node("n1", gpu_count=2)
 
-    with pytest.raises(TelemetryRejected) as refused:
-        store_readings([reading("GPU-n1-0", now), reading("GPU-n1-1", now)], source="dcgm", now=now)
+    report = store_readings([reading("GPU-n1-0", now), reading("GPU-n1-1", now)], source="dcgm", now=now)
 
-    assert isinstance(refused.value.errors["samples"], list)
-    assert not GPUSample.objects.exists()
+    assert report.stored == 2
+    assert GPUSample.objects.count() == 2
+
+
+def test_a_fleet_of_uuids_is_resolved_by_one_read_of_the_table_not_an_in_list(now, monkeypatch):
+    # A fleet's UUIDs in one IN list would pass SQLite's bound-parameter limit.
+    monkeypatch.setattr("nodes.telemetry.storage.RESOLVE_IN_LIST_MAX", 2)
+    make_node("n1", gpu_count=5)
+    make_node("other", gpu_count=1)  # read, but not one of the wanted GPUs
+    readings = [reading(f"GPU-n1-{i}", now) for i in range(5)] + [reading("GPU-not-in-inventory", now)]
+
+    with CaptureQueriesContext(connection) as captured:
+        report = store_readings(readings, source="dcgm", now=now)
+
+    gpu_reads = [q["sql"] for q in captured if q["sql"].startswith("SELECT") and 'FROM "nodes_gpu"' in q["sql"]]
+    assert len(gpu_reads) == 1 and " IN (" not in gpu_reads[0]
+    assert (report.stored, report.unknown_gpus) == (5, 1)
+    assert set(GPUSample.objects.values_list("gpu__node__name", flat=True)) == {"n1"}
 
 
 def test_the_report_keeps_the_poll_summarys_key_order(now):
