@@ -35,6 +35,9 @@ from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
 from scheduler.core.model_facts import MIG_PROFILE_ROWS, ModelFacts
 from scheduler.core.types import NodeState, slot_share_milli
 
+# Free CPU / host memory of a node whose allocatable is unknown: more than any request.
+UNKNOWN_HOST_FREE = 2**62
+
 # Mode and kind ids used in the integer columns.
 MODES: tuple[SharingMode, ...] = (
     SharingMode.EXCLUSIVE,
@@ -72,6 +75,7 @@ INT_COLUMNS: tuple[str, ...] = (
     "slot_gpus", "max_slot_memory_mib", "max_slot_share_milli",
     "free_milli", "max_unit_milli", "offer_count",
     "fp16_tflops", "tdp_w", "milli_tflops_per_w", "unloaded_pct",
+    "cpu_free_milli", "host_memory_free_mib",
 )
 FLOAT_COLUMNS: tuple[str, ...] = ("util_pct", "load_pct", "memory_used_pct", "power_w")
 BOOL_COLUMNS: tuple[str, ...] = ("ready", "cordoned", "has_mig_gpu", "has_metrics")
@@ -229,6 +233,8 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
             "tdp_w": int(models.tdp_w[model_id]),
             "milli_tflops_per_w": int(models.milli_tflops_per_w[model_id]),
             "unloaded_pct": min(max(math.floor(100.0 - load), 0), 100),
+            "cpu_free_milli": UNKNOWN_HOST_FREE if node.cpu_free_milli is None else node.cpu_free_milli,
+            "host_memory_free_mib": UNKNOWN_HOST_FREE if node.memory_free_mib is None else node.memory_free_mib,
         },
         floats={
             "util_pct": util_sum / util_count if util_count else 0.0,

@@ -28,6 +28,7 @@ from scheduler.core.plugins.fragmentation_gradient import DEFAULT_TYPICAL_PODS
 # Cheap, most selective filters first: later filters only see the nodes still in the running.
 DEFAULT_FILTERS: tuple[str, ...] = (
     "NodeSchedulable",
+    "NodeResourcesFit",
     "CapabilityMatch",
     "SharingModeCompat",
     "GangFit",

@@ -74,6 +74,8 @@ class ClusterSnapshot:
     tdp_w: np.ndarray
     milli_tflops_per_w: np.ndarray
     unloaded_pct: np.ndarray
+    cpu_free_milli: np.ndarray
+    host_memory_free_mib: np.ndarray
     # per node, float64
     util_pct: np.ndarray
     load_pct: np.ndarray

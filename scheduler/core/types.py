@@ -165,6 +165,22 @@ class NodeState:
     taints: tuple[Taint, ...] = ()
     ready: bool = True
     cordoned: bool = False
+    # Host resources as the kubelet sees them (allocatable, and requested by pods already bound);
+    # None where unknown: the NodeResourcesFit filter then lets every request through.
+    cpu_allocatable_milli: int | None = None
+    cpu_requested_milli: int = 0
+    memory_allocatable_mib: int | None = None
+    memory_requested_mib: int = 0
+
+    @property
+    def cpu_free_milli(self) -> int | None:
+        return None if self.cpu_allocatable_milli is None else self.cpu_allocatable_milli - self.cpu_requested_milli
+
+    @property
+    def memory_free_mib(self) -> int | None:
+        if self.memory_allocatable_mib is None:
+            return None
+        return self.memory_allocatable_mib - self.memory_requested_mib
 
     @property
     def schedulable(self) -> bool:
@@ -209,6 +225,9 @@ class PlacementRequest:
     enable_gpu_selection: bool = True
     allow_default_scheduler: bool = True
     quota: QuotaUsage | None = None
+    # The pod's CPU (milli) and host memory (MiB) requests; 0 = none stated.
+    cpu_milli: int = 0
+    host_memory_mib: int = 0
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from scheduler.core.plugins.gang_fit import GangFit
 from scheduler.core.plugins.gpu_memory_fit import GPUMemoryFit
 from scheduler.core.plugins.least_utilized import LeastUtilized
 from scheduler.core.plugins.namespace_quota import NamespaceQuota
+from scheduler.core.plugins.node_resources_fit import NodeResourcesFit
 from scheduler.core.plugins.node_schedulable import NodeSchedulable
 from scheduler.core.plugins.partition_compat import PartitionCompat
 from scheduler.core.plugins.power_efficiency import PowerEfficiency
@@ -22,6 +23,7 @@ REGISTRY: dict[str, type[Plugin]] = {
     plugin.NAME: plugin
     for plugin in (
         NodeSchedulable,
+        NodeResourcesFit,
         CapabilityMatch,
         SharingModeCompat,
         GangFit,

@@ -1,0 +1,70 @@
+"""The trace replay (bench/trace_replay.py) on a small synthetic openb-format cluster: seconds."""
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from bench import trace_replay
+
+
+@pytest.fixture
+def lists(tmp_path):
+    rng = np.random.default_rng(0)
+    nodes = tmp_path / trace_replay.NODE_LIST
+    with open(nodes, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["sn", "cpu_milli", "memory_mib", "gpu", "model"])
+        for i in range(50):
+            gpus, model = [(8, "G2"), (2, "T4"), (2, "P100"), (4, "V100M16")][i % 4]
+            writer.writerow([f"node-{i}", 96000 if gpus == 8 else 32000, 262144, gpus, model])
+    pods = tmp_path / "pods.csv"
+    with open(pods, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"])
+        for i in range(150):
+            kind = rng.choice(4, p=[0.45, 0.3, 0.15, 0.1])
+            num, milli = [(1, int(rng.choice([250, 460, 500]))), (1, 1000), (2, 1000), (0, 0)][kind]
+            spec = "T4|P100" if i % 10 == 0 and num else ""
+            writer.writerow([f"pod-{i}", int(rng.choice([2000, 6000, 12000])), 16384, num, milli, spec])
+    return nodes, pods
+
+
+def test_json_reports_the_contract_figures_for_every_policy(lists, capsys):
+    nodes, pods = lists
+    results = {}
+    for policy in trace_replay.POLICIES:
+        assert trace_replay.main(["--pods", str(pods), "--policy", policy, "--seeds", "42-43", "--json"]) == 0
+        results[policy] = result = json.loads(capsys.readouterr().out)
+        assert result["policy"] == policy and result["seeds"] == [42, 43]
+        for key in ("alloc_100_mean", "alloc_130_mean", "alloc_130_std", "ms_per_decision"):
+            assert isinstance(result[key], float), key
+        assert 50 < result["alloc_130_mean"] <= 100
+        assert result["alloc_100_mean"] <= result["alloc_130_mean"] + 1e-9
+    # Packing beats spreading on a cluster this full.
+    assert results["fgd"]["alloc_130_mean"] > results["worstfit"]["alloc_130_mean"]
+
+
+def test_the_workload_follows_the_protocol(lists):
+    nodes, pods = lists
+    pod_list = trace_replay.load_pods(pods)
+    capacity = sum(n.gpu_count for n in trace_replay.load_nodes(nodes)) * 1000
+    offered = trace_replay.workload(pod_list, capacity, np.random.default_rng(42))
+    assert sorted(offered[: len(pod_list)], key=repr) == sorted(pod_list, key=repr)  # every pod once first
+    total = sum(p.total_gpu_milli for p in offered)
+    assert total <= 1.3 * capacity < total + max(p.total_gpu_milli for p in pod_list)
+    assert any(p.gpu_models == ("T4", "P100") for p in pod_list)
+
+
+def test_seed_ranges_parse():
+    assert trace_replay.parse_seeds("42-44,50") == [42, 43, 44, 50]
+
+
+def test_same_seed_same_result(lists):
+    nodes, pods = lists
+    node_list, pod_list = trace_replay.load_nodes(nodes), trace_replay.load_pods(pods)
+    first = trace_replay.replay(node_list, pod_list, "fgd", 7)
+    second = trace_replay.replay(node_list, pod_list, "fgd", 7)
+    assert (first["alloc_100"], first["alloc_130"]) == (second["alloc_100"], second["alloc_130"])
