@@ -300,7 +300,19 @@ DEPLOYMENT_WATCH_INTERVAL_S = env_int("GPUPLANE_DEPLOYMENT_WATCH_INTERVAL_S", 5,
 # Container image of the workloads gpuplane creates; it reads the model name from MODEL_NAME.
 GPUPLANE_WORKLOAD_IMAGE = env_str("GPUPLANE_WORKLOAD_IMAGE", "vllm/vllm-openai:latest")
 
+# Rolling updates (DESIGN.md section 5): how often the reconciler advances running rollouts, how
+# long one node step (pre-warm, proof) may take before the node is failed and restored, and how
+# long to wait after an eviction answered 429 (a PodDisruptionBudget) before trying again.
+ROLLOUT_RECONCILE_INTERVAL_S = env_int("GPUPLANE_ROLLOUT_RECONCILE_INTERVAL_S", 5, minimum=1)
+ROLLOUT_STEP_TIMEOUT_S = env_int("GPUPLANE_ROLLOUT_STEP_TIMEOUT_S", 600, minimum=10)
+ROLLOUT_EVICTION_BACKOFF_S = env_int("GPUPLANE_ROLLOUT_EVICTION_BACKOFF_S", 10, minimum=1)
+
 CELERY_BEAT_SCHEDULE = {
+    "reconcile-rollouts": {
+        "task": "rollouts.tasks.reconcile_rollouts_task",
+        "schedule": float(ROLLOUT_RECONCILE_INTERVAL_S),
+        "options": {"expires": ROLLOUT_RECONCILE_INTERVAL_S * 0.9},
+    },
     "sync-inventory": {
         "task": "nodes.tasks.sync_inventory_task",
         "schedule": float(INVENTORY_SYNC_INTERVAL_S),

@@ -53,6 +53,10 @@ class RolloutNode(models.Model):
     batch_index = models.PositiveSmallIntegerField(null=True, blank=True, help_text="1-based; null when skipped")
     previous_config = models.JSONField(null=True, blank=True, help_text="Its applied config before, for rollback")
     reason = models.TextField(blank=True)
+    # The reconciler's bookkeeping, persisted so that a crashed step resumes where it stopped.
+    step_started_at = models.DateTimeField(null=True, blank=True, help_text="When the current step began (timeouts)")
+    retry_at = models.DateTimeField(null=True, blank=True, help_text="Not before: an eviction answered 429")
+    progress = models.JSONField(default=dict, blank=True, help_text="Step work done: replicas pre-warmed, labels set")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

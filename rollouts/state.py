@@ -59,12 +59,18 @@ def move_rollout(rollout: RollingUpdate, to: str, *, actor: Any = None, reason: 
     return moved
 
 
-def move_node(step: RolloutNode, to: str, *, actor: Any = None, reason: str = "") -> bool:
-    """Move one node of a rollout to state ``to``; False when it is no longer in a state that allows it."""
+def move_node(step: RolloutNode, to: str, *, actor: Any = None, reason: str = "",
+              values: dict[str, Any] | None = None) -> bool:
+    """Move one node of a rollout to state ``to``; False when it is no longer in a state that allows it.
+
+    ``values``: further fields written in the same UPDATE (the reconciler's step bookkeeping)."""
     if to not in NODE_FROM:
         raise IllegalTransition(f"a rollout node never moves to {to!r}")
+    changes: dict[str, Any] = {"reason": reason, **(values or {})}
     moved = transition(RolloutNode, step.pk, NODE_FROM[to], to, field="state", actor=actor, reason=reason,
-                       values={"reason": reason})
+                       values=changes)
     if moved:
-        step.state, step.reason = to, reason
+        step.state = to
+        for name, value in changes.items():
+            setattr(step, name, value)
     return moved

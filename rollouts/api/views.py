@@ -3,7 +3,8 @@
 Thin: HTTP to ``rollouts.creating`` calls and their outcomes to status codes. 201 stored
 (pending); 400 invalid input (field messages; a config's reason per GPU model); 409 the preview
 shows it cannot be done safely now (the reasons and the preview; nothing stored). Reading needs
-the viewer role, creating and previewing the operator role.
+the viewer role, creating, previewing and start/pause/resume/abort the operator role; an action
+the rollout's status does not allow is a 409 with the reason (``rollouts.control``).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from rollouts.api.serializers import (
     RolloutRefusedSerializer,
 )
 from rollouts.choices import RolloutStatus
+from rollouts.control import NotAllowed, act
 from rollouts.creating import InvalidRollout, RolloutRefused, RolloutRequest, create_rollout, validate_request
 from rollouts.models import RollingUpdate
 
@@ -91,3 +93,42 @@ class RollingUpdateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Str
         """Dry run: the batches, the workloads that will move and where, the capacity dip, what blocks it. Nothing is stored."""
         shown = self._request(request).preview()
         return Response(RolloutPreviewSerializer(shown.as_dict()).data)
+
+    def _act(self, request: Request, action_name: str) -> Response:
+        rollout = self.get_object()
+        try:
+            act(rollout, action_name, actor=request.user)
+        except NotAllowed as error:
+            return Response({"detail": str(error), "status": rollout.status}, status=status.HTTP_409_CONFLICT)
+        return Response(self.get_serializer(self.get_queryset().get(pk=rollout.pk)).data)
+
+    _ACTION_SCHEMA = extend_schema(
+        request=None,
+        responses={200: RollingUpdateSerializer,
+                   409: OpenApiResponse(description="Not allowed from the rollout's current status (detail says why)")},
+        filters=False,
+    )
+
+    @_ACTION_SCHEMA
+    @action(detail=True, methods=["post"])
+    def start(self, request: Request, pk: str | None = None) -> Response:
+        """Start a pending rollout: the reconciler then works through its batches."""
+        return self._act(request, "start")
+
+    @_ACTION_SCHEMA
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, pk: str | None = None) -> Response:
+        """Pause a running rollout between steps (a node part-way changed stays owned by it)."""
+        return self._act(request, "pause")
+
+    @_ACTION_SCHEMA
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        """Resume a paused rollout (a failed node stays failed; the others go on)."""
+        return self._act(request, "resume")
+
+    @_ACTION_SCHEMA
+    @action(detail=True, methods=["post"])
+    def abort(self, request: Request, pk: str | None = None) -> Response:
+        """End the rollout as failed, restoring every node part-way changed (previous labels, uncordoned)."""
+        return self._act(request, "abort")

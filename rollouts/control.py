@@ -1,0 +1,67 @@
+"""What a user may do to a rollout: start, pause, resume, abort (``act``).
+
+Each is one move of the rollout's state machine (``rollouts.state``); the reconciler does the
+work. ``NotAllowed`` (a 409) says why when the rollout's status does not allow the action.
+Pausing stops the reconciler between steps; a node part-way changed stays as it is (cordoned,
+owned by the paused rollout) until resumed or aborted. Aborting restores every node part-way
+changed (previous labels, uncordoned) and ends the rollout ``failed``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from nodes.cluster.backends import get_cluster
+from nodes.cluster.base import ClusterBackend
+from rollouts.choices import RolloutStatus
+from rollouts.models import RollingUpdate
+from rollouts.reconciler import restore_in_flight
+from rollouts.state import ROLLOUT_FROM, move_rollout
+
+S = RolloutStatus
+
+# action -> (the status it moves to, the statuses it is allowed from)
+ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "start": (S.RUNNING, (S.PENDING,)),
+    "pause": (S.PAUSED, (S.RUNNING,)),
+    "resume": (S.RUNNING, (S.PAUSED,)),
+    "abort": (S.FAILED, (S.PENDING, S.RUNNING, S.PAUSED)),
+}
+assert all(set(allowed) <= set(ROLLOUT_FROM[to]) for to, allowed in ACTIONS.values())
+
+
+class NotAllowed(Exception):
+    """The rollout's status does not allow the action; the message says so."""
+
+
+def act(rollout: RollingUpdate, action: str, *, actor: Any = None,
+        cluster: ClusterBackend | None = None) -> RollingUpdate:
+    """Apply ``action`` to ``rollout``; raise ``NotAllowed`` when its status forbids it (or a racing
+    change got there first). ValueError for an unknown action."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}")
+    to, allowed = ACTIONS[action]
+    if rollout.status not in allowed:
+        raise NotAllowed(_refusal(action, rollout.status, allowed))
+    reason = f"{action} by {getattr(actor, 'username', actor) or 'system'}"
+    if action == "abort":
+        restored = restore_in_flight(rollout, cluster if cluster is not None else get_cluster(), "rollout aborted")
+        if restored:
+            reason += f"; restored {', '.join(restored)}"
+    if not _move(rollout, to, allowed, actor, reason):
+        rollout.refresh_from_db()
+        raise NotAllowed(_refusal(action, rollout.status, allowed))
+    rollout.refresh_from_db()
+    return rollout
+
+
+def _move(rollout: RollingUpdate, to: str, allowed: tuple[str, ...], actor: Any, reason: str) -> bool:
+    # The state machine allows more sources than an action does (the reconciler's moves): check
+    # the action's own first, then let the conditional UPDATE settle a race.
+    rollout.refresh_from_db(fields=["status"])
+    if rollout.status not in allowed:
+        return False
+    return move_rollout(rollout, to, actor=actor, reason=reason)
+
+
+def _refusal(action: str, status: str, allowed: tuple[str, ...]) -> str:
+    return f"Cannot {action} a rollout that is {status}: only a {' or '.join(allowed)} one."

@@ -1,0 +1,75 @@
+"""The rollout reconciler: each tick moves every running rollout one step on (Celery beat calls ``reconcile``).
+
+A rollout works through its batches in order: a batch's nodes advance together (at most
+``max_unavailable`` of them, as planned), and the next batch starts only when each of them is
+done. A node that fails is restored by its step (``rollouts.steps``); the rollout then follows
+``on_failure``: ``pause`` stops it with the reason (resuming goes on with the other nodes, the
+failed one staying failed), and so does ``rollback`` for now: undoing the nodes already changed
+(another drain of each) is not built yet, which the pause message says. A rollout whose nodes
+are all done ends ``succeeded``, or ``failed`` when some node failed.
+
+The state lives in the rows only, so ticks are safe to repeat, and a tick that died mid-way is
+picked up by the next one.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from nodes.cluster.backends import get_cluster
+from nodes.cluster.base import ClusterBackend
+from rollouts.choices import NodeState, OnFailure, RolloutStatus
+from rollouts.models import RollingUpdate, RolloutNode
+from rollouts.state import move_rollout
+from rollouts.steps import ACTOR, IN_FLIGHT, advance_node, fail_node
+
+FINISHED_NODES = (NodeState.SUCCEEDED, NodeState.SKIPPED, NodeState.FAILED, NodeState.ROLLED_BACK)
+ROLLBACK_NOT_BUILT = ("on_failure=rollback: undoing the nodes already changed is not built yet, so the rollout "
+                      "is paused instead")
+
+
+def reconcile(*, cluster: ClusterBackend | None = None, now: datetime | None = None) -> dict[str, Any]:
+    """Advance every running rollout by one step; what each did, by id."""
+    backend = cluster if cluster is not None else get_cluster()
+    when = now or timezone.now()
+    done: dict[str, Any] = {}
+    for rollout in RollingUpdate.objects.filter(status=RolloutStatus.RUNNING).order_by("pk"):
+        done[str(rollout.pk)] = advance_rollout(rollout, backend, when)
+    return done
+
+
+def advance_rollout(rollout: RollingUpdate, cluster: ClusterBackend, now: datetime) -> str:
+    """One tick of one rollout; a word for what happened."""
+    steps = list(RolloutNode.objects.filter(rollout=rollout).order_by("batch_index", "node_name"))
+    open_steps = [s for s in steps if s.state not in FINISHED_NODES]
+    if not open_steps:
+        failed = [s.node_name for s in steps if s.state == NodeState.FAILED]
+        if failed:
+            move_rollout(rollout, RolloutStatus.FAILED, actor=ACTOR, reason=f"finished; failed: {', '.join(failed)}")
+            return "failed"
+        move_rollout(rollout, RolloutStatus.SUCCEEDED, actor=ACTOR, reason="every node proven at the new config")
+        return "succeeded"
+    batch = min(s.batch_index or 0 for s in open_steps)
+    for step in [s for s in open_steps if (s.batch_index or 0) == batch]:
+        if advance_node(step, rollout, cluster, now):
+            _after_failure(rollout, step)
+            return "node failed"
+    return f"batch {batch}"
+
+
+def _after_failure(rollout: RollingUpdate, step: RolloutNode) -> None:
+    reason = f"{step.node_name} failed: {step.reason}"
+    if rollout.on_failure == OnFailure.ROLLBACK:
+        reason = f"{reason}. {ROLLBACK_NOT_BUILT}"
+    move_rollout(rollout, RolloutStatus.PAUSED, actor=ACTOR, reason=reason)
+
+
+def restore_in_flight(rollout: RollingUpdate, cluster: ClusterBackend, reason: str) -> list[str]:
+    """Fail (restoring each) the nodes ``rollout`` has part-way changed; their names."""
+    names = []
+    for step in RolloutNode.objects.filter(rollout=rollout, state__in=IN_FLIGHT).order_by("node_name"):
+        fail_node(step, cluster, reason)
+        names.append(step.node_name)
+    return names

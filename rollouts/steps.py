@@ -1,0 +1,251 @@
+"""One node's change, step by step (DESIGN.md section 5): the reconciler calls ``advance_node`` once per tick.
+
+pending -> prewarming (cordon, then a new replica of every gpuplane workload on the node placed
+elsewhere through the placement services, waited for until ready) -> draining (every pod but
+DaemonSet pods evicted through the Eviction API, a 429 backed off until ``retry_at``; the old
+replicas released) -> reconfiguring (the config labels switched, the device plugin restarted) ->
+verifying (inventory proves the target: the applied config from GFD labels, allocatable, and on
+MIG ``mig.config.state=success``) -> uncordon -> succeeded.
+
+The node is cordoned as pre-warming starts, not after: a cordon disturbs no running pod, and it
+keeps the placement engine from choosing the very node being emptied for the new replicas.
+
+Every step is re-entrant: what it has done is persisted in ``RolloutNode.progress`` before it
+moves on (replicas pre-warmed, the labels found before the switch), and each cluster call is
+idempotent (cordon, label merge, evicting what is still there), so a reconciler that dies
+mid-step redoes at most the cluster call it was making. A step that fails or outlives
+``ROLLOUT_STEP_TIMEOUT_S`` restores the node (``restore``): its previous labels, the plugin
+restarted on them, uncordoned; the node is then failed.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+
+from lifecycle.audit import record
+from nodes.cluster.base import ClusterBackend, ClusterError, ClusterNode, EvictionBlocked, NotFound
+from nodes.contract import (
+    LABEL_DEVICE_PLUGIN_CONFIG,
+    LABEL_MIG_CAPABLE,
+    LABEL_MIG_CONFIG_STATE,
+    RESOURCE_GPU,
+)
+from nodes.inventory.sync import sync_inventory
+from nodes.models import Node
+from nodes.node_configs import applied_config
+from nodes.sharing.node_config import NodeConfig, node_labels
+from nodes.vocabulary import SharingMode
+from rollouts.choices import NodeState
+from rollouts.models import RollingUpdate, RolloutNode
+from rollouts.state import move_node
+from scheduler.choices import PlacementStatus
+from scheduler.models import Placement
+from scheduler.services.errors import NoCapacity
+from scheduler.services.placing import next_replica_index, place_replicas, release_replica
+
+ACTOR = "system:rollouts"
+ACTIVE_PLACEMENTS = (PlacementStatus.RESERVED, PlacementStatus.BINDING, PlacementStatus.RUNNING)
+IN_FLIGHT = (NodeState.PREWARMING, NodeState.DRAINING, NodeState.RECONFIGURING, NodeState.VERIFYING)
+MIG_STATE_SUCCESS = "success"
+MIG_STATE_FAILED = "failed"
+
+POD_EVICTED = "rolloutnode.pod_evicted"
+EVICTION_BLOCKED = "rolloutnode.eviction_blocked"
+REPLICA_PREWARMED = "rolloutnode.replica_prewarmed"
+LABELS_SWITCHED = "rolloutnode.labels_switched"
+NODE_RESTORED = "rolloutnode.restored"
+
+
+class StepFailed(Exception):
+    """The node cannot be changed now; the message says why (it becomes the node's reason)."""
+
+
+def advance_node(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend, now: datetime) -> bool:
+    """Do the next piece of ``step``'s work; True when the node failed (and was restored) in this call."""
+    try:
+        if step.node_id is None:
+            raise StepFailed("the node left the inventory")
+        if step.state in IN_FLIGHT and step.step_started_at is not None and (
+                now - step.step_started_at > timedelta(seconds=settings.ROLLOUT_STEP_TIMEOUT_S)):
+            raise StepFailed(f"{step.get_state_display().lower()} took longer than "
+                             f"{settings.ROLLOUT_STEP_TIMEOUT_S} s")
+        if step.state == NodeState.PENDING:
+            move_node(step, NodeState.PREWARMING, actor=ACTOR, reason="moving its workloads elsewhere first",
+                      values={"step_started_at": now})
+        elif step.state == NodeState.PREWARMING:
+            _prewarm(step, cluster, now)
+        elif step.state == NodeState.DRAINING:
+            _drain(step, cluster, now)
+        elif step.state == NodeState.RECONFIGURING:
+            _reconfigure(step, rollout, cluster, now)
+        elif step.state == NodeState.VERIFYING:
+            _verify(step, rollout, cluster)
+    except (StepFailed, ClusterError) as error:
+        fail_node(step, cluster, str(error))
+        return True
+    return False
+
+
+def fail_node(step: RolloutNode, cluster: ClusterBackend, reason: str) -> None:
+    """Restore the node (best effort: what could not be undone is added to the reason), then fail it."""
+    problems = restore(step, cluster)
+    if problems:
+        reason = f"{reason}; restoring it: {'; '.join(problems)}"
+    move_node(step, NodeState.FAILED, actor=ACTOR, reason=reason)
+
+
+def restore(step: RolloutNode, cluster: ClusterBackend) -> list[str]:
+    """Put the labels found before the switch back, restart the plugin on them, uncordon; the problems met."""
+    problems: list[str] = []
+    previous = step.progress.get("previous_labels")
+    if previous is not None:
+        try:
+            cluster.set_node_labels(step.node_name, previous)
+            cluster.restart_device_plugin(step.node_name)
+        except ClusterError as error:
+            problems.append(str(error))
+    try:
+        cluster.uncordon(step.node_name)
+    except ClusterError as error:
+        problems.append(str(error))
+    record(NODE_RESTORED, step, actor=ACTOR, reason="previous labels restored, node uncordoned",
+           after={"labels": previous, "problems": problems})
+    return problems
+
+
+# ---- the steps ---------------------------------------------------------------------------------
+
+
+def _prewarm(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
+    cluster.cordon(step.node_name)
+    sync_inventory(cluster)  # the placement engine reads the cordon from the inventory
+    prewarmed: dict[str, int] = dict(step.progress.get("prewarmed", {}))
+    for old in _replicas_on(step):
+        if str(old.pk) in prewarmed:
+            continue
+        deployment = old.deployment
+        try:
+            new = place_replicas(deployment, [next_replica_index(deployment)], user=ACTOR, cluster=cluster)[0]
+        except NoCapacity as error:
+            # Capacity may free up: wait, within the step's timeout.
+            _note(step, f"waiting for room to pre-warm {deployment}: {error}")
+            return
+        prewarmed[str(old.pk)] = new.pk
+        # Persisted at once: a crash after this never places the same replica twice.
+        _save_progress(step, prewarmed=prewarmed)
+        record(REPLICA_PREWARMED, step, actor=ACTOR,
+               reason=f"{deployment} replica {new.replica_index} placed on {new.node.name if new.node else '?'}",
+               after={"old_placement": old.pk, "new_placement": new.pk})
+    waiting = [p for p in Placement.objects.filter(pk__in=prewarmed.values()).select_related("deployment")
+               if not (p.workload_name and cluster.workload_ready(p.deployment.namespace, p.workload_name))]
+    if waiting:
+        _note(step, f"waiting for {len(waiting)} pre-warmed replica(s) to become ready")
+        return
+    move_node(step, NodeState.DRAINING, actor=ACTOR, reason=f"{len(prewarmed)} replica(s) ready elsewhere",
+              values={"step_started_at": now})
+
+
+def _drain(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
+    if step.retry_at is not None and now < step.retry_at:
+        return
+    for pod in cluster.list_gpu_pods():
+        if pod.node_name != step.node_name or pod.owner_kind == "DaemonSet":
+            continue
+        try:
+            cluster.evict_pod(pod.namespace, pod.name)
+        except NotFound:
+            continue
+        except EvictionBlocked as error:
+            retry_at = now + timedelta(seconds=settings.ROLLOUT_EVICTION_BACKOFF_S)
+            RolloutNode.objects.filter(pk=step.pk).update(retry_at=retry_at, reason=f"{pod.key}: {error}")
+            step.retry_at = retry_at
+            record(EVICTION_BLOCKED, step, actor=ACTOR, reason=f"{pod.key}: {error}; retrying after {retry_at:%H:%M:%S}")
+            return
+        record(POD_EVICTED, step, actor=ACTOR, reason=f"{pod.key} evicted through the Eviction API")
+    # The evicted pods' workloads are pinned to this node: release them, or their ReplicaSets
+    # recreate the pods here.
+    for old in _replicas_on(step):
+        release_replica(old.deployment, old.replica_index, user=ACTOR, cluster=cluster,
+                        reason=f"moved off {step.node_name} for rollout {step.rollout_id}")
+    left = [p.key for p in cluster.list_gpu_pods() if p.node_name == step.node_name and p.owner_kind != "DaemonSet"]
+    if left:
+        _note(step, f"waiting for {', '.join(left)} to leave")
+        return
+    move_node(step, NodeState.RECONFIGURING, actor=ACTOR, reason="drained", values={"step_started_at": now,
+                                                                                  "retry_at": None})
+
+
+def _reconfigure(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend, now: datetime) -> None:
+    node = _cluster_node(cluster, step.node_name)
+    target = _target(rollout)
+    labels = node_labels(target, mig_capable=node.labels.get(LABEL_MIG_CAPABLE) == "true")
+    if "previous_labels" not in step.progress:
+        # Saved before the switch: a restore puts back exactly what was there (None: absent).
+        _save_progress(step, previous_labels={key: node.labels.get(key) for key in labels})
+    cluster.set_node_labels(step.node_name, labels)
+    if labels.get(LABEL_DEVICE_PLUGIN_CONFIG) != step.progress["previous_labels"].get(LABEL_DEVICE_PLUGIN_CONFIG):
+        cluster.restart_device_plugin(step.node_name)
+    record(LABELS_SWITCHED, step, actor=ACTOR, reason=f"to {target.describe()}",
+           before=step.progress["previous_labels"], after=dict(labels))
+    move_node(step, NodeState.VERIFYING, actor=ACTOR, reason="waiting for the node to prove the new config",
+              values={"step_started_at": now})
+
+
+def _verify(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) -> None:
+    target = _target(rollout)
+    sync_inventory(cluster)
+    node = _cluster_node(cluster, step.node_name)
+    if target.mode == SharingMode.MIG or LABEL_MIG_CONFIG_STATE in node.labels:
+        state = node.labels.get(LABEL_MIG_CONFIG_STATE)
+        if state == MIG_STATE_FAILED:
+            raise StepFailed("the MIG manager reports mig.config.state=failed")
+        if state != MIG_STATE_SUCCESS:
+            return
+    row = Node.objects.get(pk=step.node_id)
+    if applied_config(row) != target or not _allocatable_matches(node, target):
+        return
+    cluster.uncordon(step.node_name)
+    sync_inventory(cluster)
+    move_node(step, NodeState.SUCCEEDED, actor=ACTOR,
+              reason=f"proven at {target.describe()} (GFD labels, allocatable), uncordoned")
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+
+def _target(rollout: RollingUpdate) -> NodeConfig:
+    config = rollout.config
+    return NodeConfig.of(config["mode"], config.get("replicas"), config.get("mig_layout"))
+
+
+def _allocatable_matches(node: ClusterNode, target: NodeConfig) -> bool:
+    """Whole-GPU modes: allocatable nvidia.com/gpu is GPUs x R (MIG's resources are per profile)."""
+    if target.mode == SharingMode.MIG:
+        return True
+    return node.allocatable.get(RESOURCE_GPU) == len(node.gpus) * (target.replicas or 1)
+
+
+def _replicas_on(step: RolloutNode) -> list[Placement]:
+    return list(Placement.objects.filter(node_id=step.node_id, status__in=ACTIVE_PLACEMENTS)
+                .select_related("deployment").order_by("pk"))
+
+
+def _cluster_node(cluster: ClusterBackend, name: str) -> ClusterNode:
+    for node in cluster.list_nodes():
+        if node.name == name:
+            return node
+    raise StepFailed("the node is gone from the cluster")
+
+
+def _save_progress(step: RolloutNode, **changes: Any) -> None:
+    step.progress = {**step.progress, **changes}
+    RolloutNode.objects.filter(pk=step.pk).update(progress=step.progress)
+
+
+def _note(step: RolloutNode, reason: str) -> None:
+    """What the node waits for, shown on the rollout page (not an audit event: nothing changed)."""
+    if step.reason != reason:
+        RolloutNode.objects.filter(pk=step.pk).update(reason=reason)
+        step.reason = reason

@@ -1,0 +1,140 @@
+"""The reconciler on the simulated cluster: a rolling MPS update that never leaves a workload
+unserved, an eviction refused (429) for a while, and a device plugin that never reports."""
+from __future__ import annotations
+
+import pytest
+
+from lifecycle.models import AuditEvent
+from nodes.cluster.base import EvictionBlocked
+from nodes.cluster.sim import SimulatedCluster
+from nodes.contract import LABEL_DEVICE_PLUGIN_CONFIG, LABEL_GPU_REPLICAS, LABEL_SHARING_STRATEGY, RESOURCE_GPU
+from nodes.models import Node
+from nodes.node_configs import applied_config
+from nodes.sharing.node_config import render_device_plugin_config
+from rollouts.choices import NodeState, RolloutStatus
+from rollouts.control import act
+from rollouts.creating import create_rollout, validate_request
+from rollouts.models import RollingUpdate
+from tests.rollouts.simulated import MPS_2, MPS_4, mps_cluster, ready_replicas, tick
+from tests.scheduler.inventory import FakeClock
+
+pytestmark = pytest.mark.django_db
+
+NODES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")
+
+
+def started(cluster: SimulatedCluster, names=NODES, **options) -> RollingUpdate:
+    request = validate_request("mps-4", list(names), MPS_4.as_dict(), max_unavailable=1, **options)
+    return act(create_rollout(request), "start", cluster=cluster)
+
+
+def run(cluster, clock, rollout, *, ticks=200, check=None) -> RollingUpdate:
+    for _ in range(ticks):
+        tick(cluster, clock)
+        if check is not None:
+            check()
+        rollout.refresh_from_db()
+        if rollout.status != RolloutStatus.RUNNING:
+            break
+    return rollout
+
+
+def test_a_rolling_mps_update_proves_every_node_and_never_leaves_a_workload_unserved(settings):
+    settings.ROLLOUT_STEP_TIMEOUT_S = 60
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=4, deployments=3)
+    assert min(ready_replicas(cluster).values()) == 1
+    rollout = started(cluster)
+    samples = []
+
+    def every_workload_served():
+        served = ready_replicas(cluster)
+        samples.append(served)
+        assert min(served.values()) >= 1, f"a workload had no ready replica: {served}"
+        unavailable = [n.name for n in Node.objects.filter(cordoned=True)]
+        assert len(unavailable) <= 1, f"more than max_unavailable cordoned: {unavailable}"
+
+    rollout = run(cluster, clock, rollout, check=every_workload_served)
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    assert rollout.progress_percent == 100.0
+    assert len(samples) > 20  # the checker ran through every step, not once
+    assert {n.state for n in rollout.nodes.all()} == {NodeState.SUCCEEDED}
+    label = render_device_plugin_config(MPS_4)[0]
+    for node in cluster.list_nodes():
+        assert node.labels[LABEL_DEVICE_PLUGIN_CONFIG] == label
+        assert node.labels[LABEL_GPU_REPLICAS] == "4" and node.labels[LABEL_SHARING_STRATEGY] == "mps"
+        assert node.allocatable[RESOURCE_GPU] == 4
+        assert not node.unschedulable
+    assert all(applied_config(node) == MPS_4 for node in Node.objects.all())
+    verbs = set(AuditEvent.objects.values_list("verb", flat=True))
+    # Pods left through the Eviction API: the audit log holds evictions, no pod delete.
+    assert "rolloutnode.pod_evicted" in verbs
+    assert not [v for v in verbs if "pod" in v and "evict" not in v]
+    evictions = AuditEvent.objects.filter(verb="rolloutnode.pod_evicted").count()
+    assert evictions >= 3  # each deployment's original replica was evicted somewhere on the way
+    # Each batch is one node, in order: the audit shows no node started before the previous ended.
+    starts = list(AuditEvent.objects.filter(verb="rolloutnode.prewarming").order_by("pk").values_list("pk", flat=True))
+    ends = list(AuditEvent.objects.filter(verb="rolloutnode.succeeded").order_by("pk").values_list("pk", flat=True))
+    assert all(end < start for end, start in zip(ends, starts[1:], strict=False))
+
+
+class EvictionRefusedTwice(SimulatedCluster):
+    """A PodDisruptionBudget answers 429 to the first two evictions."""
+
+    refusals = 2
+    calls: list[float] = []
+
+    def evict_pod(self, namespace: str, name: str) -> None:
+        EvictionRefusedTwice.calls.append(self._now())
+        if EvictionRefusedTwice.refusals:
+            EvictionRefusedTwice.refusals -= 1
+            raise EvictionBlocked("Cannot evict pod as it would violate the pod's disruption budget.")
+        super().evict_pod(namespace, name)
+
+
+def test_an_eviction_refused_with_429_is_backed_off_and_retried_until_it_succeeds(settings):
+    settings.ROLLOUT_EVICTION_BACKOFF_S = 5
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=2, deployments=1, cluster_class=EvictionRefusedTwice)
+    busy = Node.objects.get(placements__isnull=False).name
+    rollout = started(cluster, names=[busy])
+
+    rollout = run(cluster, clock, rollout)
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    blocked = AuditEvent.objects.filter(verb="rolloutnode.eviction_blocked").order_by("at")
+    assert blocked.count() == 2
+    assert AuditEvent.objects.filter(verb="rolloutnode.pod_evicted").count() == 1
+    # Backed off: each retry came no sooner than the back-off after the refusal (ticks are 1 s apart).
+    calls = EvictionRefusedTwice.calls
+    assert len(calls) == 3
+    assert all(later - earlier >= 5 for earlier, later in zip(calls, calls[1:], strict=False))
+    assert min(ready_replicas(cluster).values()) == 1
+
+
+class PluginNeverReports(SimulatedCluster):
+    """The device plugin pod restarts but never picks up a new config (its labels stay as they were)."""
+
+    def restart_device_plugin(self, node: str) -> None:
+        return None
+
+
+def test_a_plugin_that_never_reports_times_out_restores_the_label_uncordons_and_pauses(settings):
+    settings.ROLLOUT_STEP_TIMEOUT_S = 30
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=2, deployments=1, cluster_class=PluginNeverReports)
+    rollout = started(cluster, names=["gpu-1", "gpu-2"])
+
+    rollout = run(cluster, clock, rollout)
+
+    assert rollout.status == RolloutStatus.PAUSED
+    failed = rollout.nodes.get(state=NodeState.FAILED)
+    assert "took longer than 30 s" in failed.reason
+    assert failed.node_name in rollout.message
+    node = next(n for n in cluster.list_nodes() if n.name == failed.node_name)
+    assert node.labels[LABEL_DEVICE_PLUGIN_CONFIG] == render_device_plugin_config(MPS_2)[0]  # restored
+    assert not node.unschedulable
+    assert rollout.nodes.filter(state=NodeState.PENDING).count() == 1  # the other waits for resume
+    assert AuditEvent.objects.filter(verb="rolloutnode.restored", object_id=str(failed.pk)).exists()
+    assert min(ready_replicas(cluster).values()) == 1
