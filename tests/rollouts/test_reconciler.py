@@ -138,3 +138,61 @@ def test_a_plugin_that_never_reports_times_out_restores_the_label_uncordons_and_
     assert rollout.nodes.filter(state=NodeState.PENDING).count() == 1  # the other waits for resume
     assert AuditEvent.objects.filter(verb="rolloutnode.restored", object_id=str(failed.pk)).exists()
     assert min(ready_replicas(cluster).values()) == 1
+
+
+class KilledOnFirstRestart(SimulatedCluster):
+    """The worker dies (an uncaught error) right after the labels were switched, before the restart."""
+
+    killed = False
+
+    def restart_device_plugin(self, node: str) -> None:
+        if not KilledOnFirstRestart.killed:
+            KilledOnFirstRestart.killed = True
+            raise RuntimeError("worker killed")
+        super().restart_device_plugin(node)
+
+
+def test_a_reconciler_killed_mid_step_resumes_from_the_persisted_state():
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=2, deployments=1, cluster_class=KilledOnFirstRestart)
+    busy = Node.objects.get(placements__isnull=False).name
+    rollout = started(cluster, names=[busy])
+    with pytest.raises(RuntimeError, match="worker killed"):
+        for _ in range(50):
+            tick(cluster, clock)
+    step = rollout.nodes.get()
+    assert step.state == NodeState.RECONFIGURING
+    labels = next(n for n in cluster.list_nodes() if n.name == busy).labels
+    assert labels[LABEL_DEVICE_PLUGIN_CONFIG] == render_device_plugin_config(MPS_4)[0]  # switched, not restarted
+
+    rollout = run(cluster, clock, rollout)
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    # The rerun kept the labels found before the first attempt, not the half-applied ones.
+    step.refresh_from_db()
+    assert step.progress["previous_labels"][LABEL_DEVICE_PLUGIN_CONFIG] == render_device_plugin_config(MPS_2)[0]
+    assert AuditEvent.objects.filter(verb="rolloutnode.replica_prewarmed").count() == 1
+    assert list(ready_replicas(cluster).values()) == [1]
+    assert applied_config(Node.objects.get(name=busy)) == MPS_4
+
+
+def test_aborting_restores_a_node_part_way_changed(settings):
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=2, deployments=1, cluster_class=PluginNeverReports)
+    rollout = started(cluster, names=["gpu-1"])
+    for _ in range(20):
+        tick(cluster, clock)
+    assert rollout.nodes.get().state == NodeState.VERIFYING
+    assert next(n for n in cluster.list_nodes() if n.name == "gpu-1").unschedulable
+
+    rollout = act(rollout, "abort", actor="tester", cluster=cluster)
+
+    assert rollout.status == RolloutStatus.FAILED
+    assert "restored gpu-1" in rollout.message
+    step = rollout.nodes.get()
+    assert step.state == NodeState.FAILED and step.reason == "rollout aborted"
+    node = next(n for n in cluster.list_nodes() if n.name == "gpu-1")
+    assert node.labels[LABEL_DEVICE_PLUGIN_CONFIG] == render_device_plugin_config(MPS_2)[0]
+    assert not node.unschedulable
+    tick(cluster, clock)  # a finished rollout is left alone
+    assert rollout.nodes.get().state == NodeState.FAILED

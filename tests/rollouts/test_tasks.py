@@ -1,0 +1,51 @@
+"""The reconciler's beat task: scheduled every ROLLOUT_RECONCILE_INTERVAL_S, one tick at a time."""
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.core.cache import cache
+
+from rollouts.choices import NodeState, RolloutStatus
+from rollouts.control import act
+from rollouts.creating import create_rollout, validate_request
+from rollouts.tasks import RECONCILE_LOCK_KEY, reconcile_rollouts_task
+from tests.rollouts.simulated import MPS_4, mps_cluster
+from tests.scheduler.inventory import FakeClock
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def no_lock():
+    cache.delete(RECONCILE_LOCK_KEY)
+    yield
+    cache.delete(RECONCILE_LOCK_KEY)
+
+
+def test_beat_runs_the_reconciler_every_interval():
+    entry = settings.CELERY_BEAT_SCHEDULE["reconcile-rollouts"]
+    assert entry["task"] == reconcile_rollouts_task.name
+    assert entry["schedule"] == float(settings.ROLLOUT_RECONCILE_INTERVAL_S)
+
+
+def test_a_tick_advances_a_running_rollout_and_releases_its_lock():
+    cluster = mps_cluster(FakeClock(), node_count=2, deployments=1)
+    rollout = act(create_rollout(validate_request("r", ["gpu-1"], MPS_4.as_dict())), "start", cluster=cluster)
+
+    done = reconcile_rollouts_task()
+
+    assert done == {str(rollout.pk): "batch 1"}
+    assert rollout.nodes.get().state == NodeState.PREWARMING
+    assert cache.get(RECONCILE_LOCK_KEY) is None
+
+
+def test_a_tick_skips_while_another_holds_the_lock():
+    cluster = mps_cluster(FakeClock(), node_count=2, deployments=1)
+    rollout = act(create_rollout(validate_request("r", ["gpu-1"], MPS_4.as_dict())), "start", cluster=cluster)
+    cache.add(RECONCILE_LOCK_KEY, "another-tick", timeout=60)
+
+    assert reconcile_rollouts_task()["skipped"] is True
+    assert rollout.nodes.get().state == NodeState.PENDING
+    rollout.refresh_from_db()
+    assert rollout.status == RolloutStatus.RUNNING
+    assert cache.get(RECONCILE_LOCK_KEY) == "another-tick"
