@@ -126,14 +126,16 @@ def _prewarm(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
         if str(old.pk) in prewarmed:
             continue
         deployment = old.deployment
-        try:
-            new = place_replicas(deployment, [next_replica_index(deployment)], user=ACTOR, cluster=cluster)[0]
-        except NoCapacity as error:
-            # Capacity may free up: wait, within the step's timeout.
-            _note(step, f"waiting for room to pre-warm {deployment}: {error}")
-            return
+        index = _replica_index_for(step, old)
+        new = deployment.placements.filter(replica_index=index, status__in=ACTIVE_PLACEMENTS).first()
+        if new is None:  # else placed by a run that died before it could note it: adopt it
+            try:
+                new = place_replicas(deployment, [index], user=ACTOR, cluster=cluster)[0]
+            except NoCapacity as error:
+                # Capacity may free up: wait, within the step's timeout.
+                _note(step, f"waiting for room to pre-warm {deployment}: {error}")
+                return
         prewarmed[str(old.pk)] = new.pk
-        # Persisted at once: a crash after this never places the same replica twice.
         _save_progress(step, prewarmed=prewarmed)
         record(REPLICA_PREWARMED, step, actor=ACTOR,
                reason=f"{deployment} replica {new.replica_index} placed on {new.node.name if new.node else '?'}",
@@ -225,6 +227,20 @@ def _allocatable_matches(node: ClusterNode, target: NodeConfig) -> bool:
     if target.mode == SharingMode.MIG:
         return True
     return node.allocatable.get(RESOURCE_GPU) == len(node.gpus) * (target.replicas or 1)
+
+
+def _replica_index_for(step: RolloutNode, old: Placement) -> int:
+    """The replica index the copy of ``old`` gets, chosen once and persisted before placing it, so
+    a run that dies between placing and noting the copy finds it again instead of placing another."""
+    intents: dict[str, int] = dict(step.progress.get("intents", {}))
+    index = intents.get(str(old.pk))
+    if index is None or old.deployment.placements.filter(replica_index=index).exclude(
+            status__in=ACTIVE_PLACEMENTS).exists():
+        # None yet, or that attempt failed (its index is spent): a fresh one.
+        index = next_replica_index(old.deployment)
+        intents[str(old.pk)] = index
+        _save_progress(step, intents=intents)
+    return index
 
 
 def _replicas_on(step: RolloutNode) -> list[Placement]:

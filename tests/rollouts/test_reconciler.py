@@ -11,10 +11,12 @@ from nodes.contract import LABEL_DEVICE_PLUGIN_CONFIG, LABEL_GPU_REPLICAS, LABEL
 from nodes.models import Node
 from nodes.node_configs import applied_config
 from nodes.sharing.node_config import render_device_plugin_config
+from rollouts import steps
 from rollouts.choices import NodeState, RolloutStatus
 from rollouts.control import act
 from rollouts.creating import create_rollout, validate_request
 from rollouts.models import RollingUpdate
+from scheduler.models import Deployment
 from tests.rollouts.simulated import MPS_2, MPS_4, mps_cluster, ready_replicas, tick
 from tests.scheduler.inventory import FakeClock
 
@@ -196,3 +198,28 @@ def test_aborting_restores_a_node_part_way_changed(settings):
     assert not node.unschedulable
     tick(cluster, clock)  # a finished rollout is left alone
     assert rollout.nodes.get().state == NodeState.FAILED
+
+
+def test_a_reconciler_killed_right_after_placing_a_replica_adopts_it_instead_of_placing_another(monkeypatch):
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=2, deployments=1)
+    busy = Node.objects.get(placements__isnull=False).name
+    rollout = started(cluster, names=[busy])
+    tick(cluster, clock)  # pending -> prewarming
+    real = steps.place_replicas
+
+    def place_then_die(*args, **kwargs):
+        real(*args, **kwargs)
+        raise RuntimeError("worker killed")
+
+    monkeypatch.setattr(steps, "place_replicas", place_then_die)
+    with pytest.raises(RuntimeError, match="worker killed"):
+        tick(cluster, clock)
+    monkeypatch.setattr(steps, "place_replicas", real)
+
+    rollout = run(cluster, clock, rollout)
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    deployment = Deployment.objects.get()
+    assert deployment.placements.count() == 2  # the original and one copy, never a second copy
+    assert list(ready_replicas(cluster).values()) == [1]
