@@ -24,23 +24,27 @@ from tests.scheduler.inventory import FakeClock
 
 MPS_2 = NodeConfig.of(SharingMode.MPS, 2)
 MPS_4 = NodeConfig.of(SharingMode.MPS, 4)
+TIMESLICE_4 = NodeConfig.of(SharingMode.TIMESLICE, 4)
+EXCLUSIVE = NodeConfig.of(SharingMode.EXCLUSIVE)
 H100_MIB = 81559
 
 
 def mps_cluster(clock: FakeClock, node_count: int, deployments: int,
-                cluster_class: type[SimulatedCluster] = SimulatedCluster) -> SimulatedCluster:
-    """``node_count`` one-GPU H100 nodes at MPS R=2 and ``deployments`` one-replica deployments, all ready."""
+                cluster_class: type[SimulatedCluster] = SimulatedCluster, *, start: NodeConfig = MPS_2,
+                sharing: str = "mps", share_percent: int | None = 25) -> SimulatedCluster:
+    """``node_count`` one-GPU H100 nodes at ``start`` (MPS R=2) and ``deployments`` one-replica
+    deployments asking for ``sharing`` (MPS, a quarter of a GPU), all ready."""
     cluster = cluster_class(settings.GPUPLANE_SIMULATED_STATE, clock=clock, pod_ready_delay_s=2.0)
-    for config in (MPS_2, MPS_4):
+    for config in (MPS_2, MPS_4, TIMESLICE_4, EXCLUSIVE):
         cluster.set_device_plugin_config(*render_device_plugin_config(config))
-    label = render_device_plugin_config(MPS_2)[0]
+    label = render_device_plugin_config(start)[0]
     for number in range(1, node_count + 1):
         cluster.add_gpu_node(f"gpu-{number}", product=H100_PRODUCT, gpu_count=1, gpu_memory_mib=H100_MIB,
                              labels={LABEL_DEVICE_PLUGIN_CONFIG: label})
     sync_inventory(cluster)
     for number in range(1, deployments + 1):
-        services.deploy(DeploySpec(name=f"svc-{number}", model="m", memory_gb=8, sharing="mps",
-                                   share_percent=25), cluster=cluster)
+        services.deploy(DeploySpec(name=f"svc-{number}", model="m", memory_gb=8, sharing=sharing,
+                                   share_percent=share_percent), cluster=cluster)
     clock.advance(3)
     sync_inventory(cluster)
     return cluster

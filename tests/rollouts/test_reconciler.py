@@ -17,7 +17,7 @@ from rollouts.control import act
 from rollouts.creating import create_rollout, validate_request
 from rollouts.models import RollingUpdate
 from scheduler.models import Deployment
-from tests.rollouts.simulated import MPS_2, MPS_4, mps_cluster, ready_replicas, tick
+from tests.rollouts.simulated import EXCLUSIVE, MPS_2, MPS_4, TIMESLICE_4, mps_cluster, ready_replicas, tick
 from tests.scheduler.inventory import FakeClock
 
 pytestmark = pytest.mark.django_db
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.django_db
 NODES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")
 
 
-def started(cluster: SimulatedCluster, names=NODES, **options) -> RollingUpdate:
-    request = validate_request("mps-4", list(names), MPS_4.as_dict(), max_unavailable=1, **options)
+def started(cluster: SimulatedCluster, names=NODES, config=MPS_4, **options) -> RollingUpdate:
+    request = validate_request("update", list(names), config.as_dict(), max_unavailable=1, **options)
     return act(create_rollout(request), "start", cluster=cluster)
 
 
@@ -223,3 +223,19 @@ def test_a_reconciler_killed_right_after_placing_a_replica_adopts_it_instead_of_
     deployment = Deployment.objects.get()
     assert deployment.placements.count() == 2  # the original and one copy, never a second copy
     assert list(ready_replicas(cluster).values()) == [1]
+
+
+def test_exclusive_to_time_slicing_rolls_through_without_leaving_a_workload_unserved():
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=3, deployments=2, start=EXCLUSIVE, sharing="auto", share_percent=None)
+    rollout = started(cluster, names=["gpu-1", "gpu-2", "gpu-3"], config=TIMESLICE_4)
+
+    def every_workload_served():
+        assert min(ready_replicas(cluster).values()) >= 1
+
+    rollout = run(cluster, clock, rollout, check=every_workload_served)
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    for node in cluster.list_nodes():
+        assert node.labels[LABEL_SHARING_STRATEGY] == "time-slicing" and node.allocatable[RESOURCE_GPU] == 4
+    assert all(applied_config(node) == TIMESLICE_4 for node in Node.objects.all())
