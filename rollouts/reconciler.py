@@ -19,7 +19,7 @@ from typing import Any
 from django.utils import timezone
 
 from nodes.cluster.backends import get_cluster
-from nodes.cluster.base import ClusterBackend
+from nodes.cluster.base import ClusterBackend, ClusterError
 from rollouts.choices import NodeState, OnFailure, RolloutStatus
 from rollouts.models import RollingUpdate, RolloutNode
 from rollouts.state import move_rollout
@@ -52,11 +52,25 @@ def advance_rollout(rollout: RollingUpdate, cluster: ClusterBackend, now: dateti
         move_rollout(rollout, RolloutStatus.SUCCEEDED, actor=ACTOR, reason="every node proven at the new config")
         return "succeeded"
     batch = min(s.batch_index or 0 for s in open_steps)
-    for step in [s for s in open_steps if (s.batch_index or 0) == batch]:
+    in_batch = [s for s in open_steps if (s.batch_index or 0) == batch]
+    _cordon_prewarming(in_batch, cluster)
+    for step in in_batch:
         if advance_node(step, rollout, cluster, now):
             _after_failure(rollout, step)
             return "node failed"
     return f"batch {batch}"
+
+
+def _cordon_prewarming(in_batch: list[RolloutNode], cluster: ClusterBackend) -> None:
+    """Cordon every node of the batch that pre-warms before any places a replica, so that none
+    places its copies on a sibling about to be drained too. A cordon that fails here is retried
+    (and failed, with the node restored) by that node's own step."""
+    for step in in_batch:
+        if step.state == NodeState.PREWARMING:
+            try:
+                cluster.cordon(step.node_name)
+            except ClusterError:
+                continue
 
 
 def _after_failure(rollout: RollingUpdate, step: RolloutNode) -> None:

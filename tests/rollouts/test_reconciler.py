@@ -16,7 +16,7 @@ from rollouts.choices import NodeState, RolloutStatus
 from rollouts.control import act
 from rollouts.creating import create_rollout, validate_request
 from rollouts.models import RollingUpdate
-from scheduler.models import Deployment
+from scheduler.models import Deployment, Placement
 from tests.rollouts.simulated import EXCLUSIVE, MPS_2, MPS_4, TIMESLICE_4, mps_cluster, ready_replicas, tick
 from tests.scheduler.inventory import FakeClock
 
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.django_db
 NODES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")
 
 
-def started(cluster: SimulatedCluster, names=NODES, config=MPS_4, **options) -> RollingUpdate:
-    request = validate_request("update", list(names), config.as_dict(), max_unavailable=1, **options)
+def started(cluster: SimulatedCluster, names=NODES, config=MPS_4, max_unavailable=1, **options) -> RollingUpdate:
+    request = validate_request("update", list(names), config.as_dict(), max_unavailable=max_unavailable, **options)
     return act(create_rollout(request), "start", cluster=cluster)
 
 
@@ -239,3 +239,22 @@ def test_exclusive_to_time_slicing_rolls_through_without_leaving_a_workload_unse
     for node in cluster.list_nodes():
         assert node.labels[LABEL_SHARING_STRATEGY] == "time-slicing" and node.allocatable[RESOURCE_GPU] == 4
     assert all(applied_config(node) == TIMESLICE_4 for node in Node.objects.all())
+
+
+def test_a_batch_of_two_never_pre_warms_onto_a_node_of_the_same_batch(settings):
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=4, deployments=3)
+    rollout = started(cluster, max_unavailable=2)
+    batches = {s.node_name: s.batch_index for s in rollout.nodes.all()}
+    assert sorted(batches.values()) == [1, 1, 2, 2]
+
+    def every_workload_served():
+        assert min(ready_replicas(cluster).values()) >= 1
+
+    rollout = run(cluster, clock, rollout, check=every_workload_served)
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    for event in AuditEvent.objects.filter(verb="rolloutnode.replica_prewarmed"):
+        step = rollout.nodes.get(pk=event.object_id)
+        destination = Placement.objects.get(pk=event.after["new_placement"]).node.name
+        assert batches[destination] != step.batch_index, f"{event.reason}: onto a node of its own batch"
