@@ -7,10 +7,17 @@ import pytest
 from lifecycle.models import AuditEvent
 from nodes.cluster.base import EvictionBlocked
 from nodes.cluster.sim import SimulatedCluster
-from nodes.contract import LABEL_DEVICE_PLUGIN_CONFIG, LABEL_GPU_REPLICAS, LABEL_SHARING_STRATEGY, RESOURCE_GPU
+from nodes.contract import (
+    LABEL_DEVICE_PLUGIN_CONFIG,
+    LABEL_GPU_REPLICAS,
+    LABEL_MIG_CONFIG_STATE,
+    LABEL_SHARING_STRATEGY,
+    RESOURCE_GPU,
+)
 from nodes.models import Node
 from nodes.node_configs import applied_config
-from nodes.sharing.node_config import render_device_plugin_config
+from nodes.sharing.node_config import NodeConfig, render_device_plugin_config, render_mig_parted_entries
+from nodes.vocabulary import SharingMode
 from rollouts import steps
 from rollouts.choices import NodeState, RolloutStatus
 from rollouts.control import act
@@ -258,3 +265,49 @@ def test_a_batch_of_two_never_pre_warms_onto_a_node_of_the_same_batch(settings):
         step = rollout.nodes.get(pk=event.object_id)
         destination = Placement.objects.get(pk=event.after["new_placement"]).node.name
         assert batches[destination] != step.batch_index, f"{event.reason}: onto a node of its own batch"
+
+
+MIG_2X3G = NodeConfig.of(SharingMode.MIG, None, {"3g.40gb": 2})
+
+
+def mig_ready(cluster: SimulatedCluster, mig_entries=None) -> None:
+    cluster.set_device_plugin_config(*render_device_plugin_config(MIG_2X3G))
+    name, entries = render_mig_parted_entries(MIG_2X3G)
+    cluster.set_mig_config(name, mig_entries or entries)
+    cluster.set_mig_config(*render_mig_parted_entries(EXCLUSIVE))
+
+
+def test_a_mig_layout_change_is_proven_by_mig_config_state_and_the_mig_resources():
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=3, deployments=2, start=EXCLUSIVE, sharing="auto", share_percent=None)
+    mig_ready(cluster)
+    rollout = started(cluster, names=["gpu-1", "gpu-2"], config=MIG_2X3G)
+
+    def every_workload_served():
+        assert min(ready_replicas(cluster).values()) >= 1
+
+    rollout = run(cluster, clock, rollout, check=every_workload_served)
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    for node in cluster.list_nodes():
+        if node.name in ("gpu-1", "gpu-2"):
+            assert node.labels[LABEL_MIG_CONFIG_STATE] == "success"
+            assert node.allocatable.get("nvidia.com/mig-3g.40gb") == 2
+    assert applied_config(Node.objects.get(name="gpu-1")) == MIG_2X3G
+
+
+def test_a_mig_manager_that_fails_restores_the_node_and_pauses():
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=2, deployments=1, start=EXCLUSIVE, sharing="auto", share_percent=None)
+    # The named layout cannot fit an H100 (eight 3g instances): the MIG manager reports failed.
+    mig_ready(cluster, [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 8}}])
+    rollout = started(cluster, names=["gpu-1"], config=MIG_2X3G)
+
+    rollout = run(cluster, clock, rollout)
+
+    assert rollout.status == RolloutStatus.PAUSED
+    step = rollout.nodes.get()
+    assert step.state == NodeState.FAILED and "mig.config.state=failed" in step.reason
+    node = next(n for n in cluster.list_nodes() if n.name == "gpu-1")
+    assert node.labels[LABEL_DEVICE_PLUGIN_CONFIG] == render_device_plugin_config(EXCLUSIVE)[0]
+    assert not node.unschedulable
