@@ -1,7 +1,8 @@
 """What a user may do to a rollout: start, pause, resume, abort (``act``).
 
 Each is one move of the rollout's state machine (``rollouts.state``); the reconciler does the
-work. ``NotAllowed`` (a 409) says why when the rollout's status does not allow the action.
+work. Starting first runs the preview again on the cluster as it is now, and is refused when a
+workload that must move has nowhere to go any more. ``NotAllowed`` (a 409) says why when the rollout's status does not allow the action.
 Pausing stops the reconciler between steps; a node part-way changed stays as it is (cordoned,
 owned by the paused rollout) until resumed or aborted. Aborting restores every node part-way
 changed (previous labels, uncordoned) and ends the rollout ``failed``.
@@ -12,8 +13,10 @@ from typing import Any
 
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend
-from rollouts.choices import RolloutStatus
+from nodes.sharing.node_config import NodeConfig
+from rollouts.choices import NodeState, RolloutStatus
 from rollouts.models import RollingUpdate
+from rollouts.preview import preview
 from rollouts.reconciler import restore_in_flight
 from rollouts.state import ROLLOUT_FROM, move_rollout
 
@@ -42,6 +45,8 @@ def act(rollout: RollingUpdate, action: str, *, actor: Any = None,
     to, allowed = ACTIONS[action]
     if rollout.status not in allowed:
         raise NotAllowed(_refusal(action, rollout.status, allowed))
+    if action == "start":
+        _check_still_safe(rollout)
     reason = f"{action} by {getattr(actor, 'username', actor) or 'system'}"
     if action == "abort":
         restored = restore_in_flight(rollout, cluster if cluster is not None else get_cluster(), "rollout aborted")
@@ -61,6 +66,17 @@ def _move(rollout: RollingUpdate, to: str, allowed: tuple[str, ...], actor: Any,
     if rollout.status not in allowed:
         return False
     return move_rollout(rollout, to, actor=actor, reason=reason)
+
+
+def _check_still_safe(rollout: RollingUpdate) -> None:
+    """The preview again, on the cluster as it is now: the workloads to move must still have
+    somewhere to go (the cluster may have filled up since the rollout was created)."""
+    names = list(rollout.nodes.filter(state=NodeState.PENDING).values_list("node_name", flat=True))
+    config = NodeConfig.of(rollout.config["mode"], rollout.config.get("replicas"), rollout.config.get("mig_layout"))
+    shown = preview(names, config, strategy=rollout.strategy, max_unavailable=rollout.max_unavailable,
+                    rollout_id=rollout.pk)
+    if shown.blockers:
+        raise NotAllowed(f"Not safe to start now: {'; '.join(shown.blockers)}.")
 
 
 def _refusal(action: str, status: str, allowed: tuple[str, ...]) -> str:

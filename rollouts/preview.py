@@ -99,23 +99,26 @@ def cluster_for_planning() -> list[planner.RolloutNode]:
     return cluster
 
 
-def owned_elsewhere(node_names: Sequence[str]) -> dict[str, int]:
-    """Target nodes that an active rollout already owns: node name -> that rollout's id."""
+def owned_elsewhere(node_names: Sequence[str], *, exclude: int | None = None) -> dict[str, int]:
+    """Target nodes that an active rollout (other than ``exclude``) already owns: node name -> that rollout's id."""
     rows = RolloutNode.objects.filter(node_name__in=list(node_names), rollout__status__in=ACTIVE_STATUSES)
+    if exclude is not None:
+        rows = rows.exclude(rollout_id=exclude)
     return dict(rows.values_list("node_name", "rollout_id"))
 
 
 def preview(node_names: Sequence[str], config: NodeConfig, *, strategy: str = RolloutStrategy.ROLLING,
-            max_unavailable: int = 1) -> Preview:
-    """Plan changing ``node_names`` (known nodes, validated by the caller) to ``config``."""
+            max_unavailable: int = 1, rollout_id: int | None = None) -> Preview:
+    """Plan changing ``node_names`` (known nodes, validated by the caller) to ``config``; ``rollout_id``:
+    the stored rollout being re-checked (its own nodes are not "owned elsewhere")."""
     # Blue-green drains the whole pool in one step, once its workloads run outside it.
     width = max(1, len(node_names)) if strategy == RolloutStrategy.BLUE_GREEN else max_unavailable
     plan = planner.plan_rollout(cluster_for_planning(), node_names, config, width)
     if strategy == RolloutStrategy.BLUE_GREEN:
         plan = planner.RolloutPlan(plan.target, max_unavailable, plan.batches, plan.skipped, plan.refusals)
     blockers = [f"{r.workload} on {r.node} cannot move: {r.reason}" for r in plan.refusals]
-    for name, rollout_id in sorted(owned_elsewhere(node_names).items()):
-        blockers.append(f"{name} is already in active rollout {rollout_id}")
+    for name, owner in sorted(owned_elsewhere(node_names, exclude=rollout_id).items()):
+        blockers.append(f"{name} is already in active rollout {owner}")
     if not plan.batches:
         blockers.append("no target node needs changing (each is skipped, see skipped)")
     return Preview(plan, str(strategy), tuple(blockers))

@@ -27,6 +27,7 @@ from django.conf import settings
 from lifecycle.audit import record
 from nodes.cluster.base import ClusterBackend, ClusterError, ClusterNode, EvictionBlocked, NotFound
 from nodes.contract import (
+    ANNOTATION_DO_NOT_DISRUPT,
     LABEL_DEVICE_PLUGIN_CONFIG,
     LABEL_MIG_CAPABLE,
     LABEL_MIG_CONFIG_STATE,
@@ -152,9 +153,12 @@ def _prewarm(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
 def _drain(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
     if step.retry_at is not None and now < step.retry_at:
         return
-    for pod in cluster.list_gpu_pods():
-        if pod.node_name != step.node_name or pod.owner_kind == "DaemonSet":
-            continue
+    pods = [p for p in cluster.list_gpu_pods() if p.node_name == step.node_name and p.owner_kind != "DaemonSet"]
+    # Checked before evicting anything: gpuplane never evicts such a pod, so the node cannot be drained.
+    blockers = sorted(p.key for p in pods if str(p.annotations.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower() == "true")
+    if blockers:
+        raise StepFailed(f"holds do-not-disrupt pod {', '.join(blockers)}: gpuplane never evicts it")
+    for pod in pods:
         try:
             cluster.evict_pod(pod.namespace, pod.name)
         except NotFound:

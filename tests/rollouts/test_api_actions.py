@@ -5,6 +5,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from lifecycle.models import AuditEvent
+from nodes.models import Node
 from rollouts.models import RollingUpdate
 from tests.rollouts.cluster import nodes, replica
 
@@ -77,3 +78,17 @@ def test_viewers_may_not_act_and_anonymous_is_401(viewer_api, api, rollout_id):
 
 def test_an_unknown_rollout_is_404(operator_api):
     assert post(operator_api, 999, "start").status_code == 404
+
+
+def test_start_is_refused_when_the_cluster_filled_up_since_the_rollout_was_created(operator_api, rollout_id):
+    # Since creation, two-GPU replicas filled gpu-c and gpu-b: gpu-b's cannot go anywhere now.
+    replica(Node.objects.get(name="gpu-c"), "big", gpus=2)
+    replica(Node.objects.get(name="gpu-b"), "wide", gpus=2)
+
+    response = post(operator_api, rollout_id, "start")
+
+    assert response.status_code == 409
+    detail = response.json()["detail"]
+    assert detail.startswith("Not safe to start now: ")
+    assert "default/wide on gpu-b cannot move: needs 2 GPU" in detail
+    assert RollingUpdate.objects.get(pk=rollout_id).status == "pending"

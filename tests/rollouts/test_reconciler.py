@@ -8,6 +8,7 @@ from lifecycle.models import AuditEvent
 from nodes.cluster.base import EvictionBlocked
 from nodes.cluster.sim import SimulatedCluster
 from nodes.contract import (
+    ANNOTATION_DO_NOT_DISRUPT,
     LABEL_DEVICE_PLUGIN_CONFIG,
     LABEL_GPU_REPLICAS,
     LABEL_MIG_CONFIG_STATE,
@@ -311,3 +312,22 @@ def test_a_mig_manager_that_fails_restores_the_node_and_pauses():
     node = next(n for n in cluster.list_nodes() if n.name == "gpu-1")
     assert node.labels[LABEL_DEVICE_PLUGIN_CONFIG] == render_device_plugin_config(EXCLUSIVE)[0]
     assert not node.unschedulable
+
+
+def test_a_do_not_disrupt_pod_found_while_draining_blocks_the_node_and_nothing_is_evicted():
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=2, deployments=0)
+    # Arrived after the rollout was planned (the planner would have skipped the node).
+    rollout = started(cluster, names=["gpu-1"])
+    cluster.run_pod("batch", "train-0", "gpu-1", resources={RESOURCE_GPU: 1}, gpus=[0],
+                    annotations={ANNOTATION_DO_NOT_DISRUPT: "true"})
+
+    rollout = run(cluster, clock, rollout)
+
+    assert rollout.status == RolloutStatus.PAUSED
+    step = rollout.nodes.get()
+    assert step.state == NodeState.FAILED
+    assert "do-not-disrupt pod batch/train-0" in step.reason
+    assert "batch/train-0" in {pod.key for pod in cluster.list_gpu_pods()}
+    assert not AuditEvent.objects.filter(verb="rolloutnode.pod_evicted").exists()
+    assert not next(n for n in cluster.list_nodes() if n.name == "gpu-1").unschedulable
