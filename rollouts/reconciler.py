@@ -45,7 +45,7 @@ def advance_rollout(rollout: RollingUpdate, cluster: ClusterBackend, now: dateti
     steps = list(RolloutNode.objects.filter(rollout=rollout).order_by("batch_index", "node_name"))
     open_steps = [s for s in steps if s.state not in FINISHED_NODES]
     if not open_steps:
-        failed = [s.node_name for s in steps if s.state == NodeState.FAILED]
+        failed = sorted(s.node_name for s in steps if s.state == NodeState.FAILED)
         if failed:
             move_rollout(rollout, RolloutStatus.FAILED, actor=ACTOR, reason=f"finished; failed: {', '.join(failed)}")
             return "failed"

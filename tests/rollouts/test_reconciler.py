@@ -149,6 +149,15 @@ def test_a_plugin_that_never_reports_times_out_restores_the_label_uncordons_and_
     assert AuditEvent.objects.filter(verb="rolloutnode.restored", object_id=str(failed.pk)).exists()
     assert min(ready_replicas(cluster).values()) == 1
 
+    # Resumed, the other node goes on (and meets the same plugin); the failed one stays failed.
+    rollout = run(cluster, clock, act(rollout, "resume", cluster=cluster))
+    assert rollout.status == RolloutStatus.PAUSED
+    assert rollout.nodes.filter(state=NodeState.FAILED).count() == 2
+    rollout = run(cluster, clock, act(rollout, "resume", cluster=cluster))
+    assert rollout.status == RolloutStatus.FAILED
+    assert rollout.message == "finished; failed: gpu-1, gpu-2"
+    assert not any(n.unschedulable for n in cluster.list_nodes())
+
 
 class KilledOnFirstRestart(SimulatedCluster):
     """The worker dies (an uncaught error) right after the labels were switched, before the restart."""
