@@ -13,6 +13,7 @@ picked up by the next one.
 """
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,8 @@ from rollouts.models import RollingUpdate, RolloutNode
 from rollouts.state import move_rollout
 from rollouts.steps import ACTOR, IN_FLIGHT, advance_node, fail_node
 
+logger = logging.getLogger(__name__)
+
 FINISHED_NODES = (NodeState.SUCCEEDED, NodeState.SKIPPED, NodeState.FAILED, NodeState.ROLLED_BACK)
 ROLLBACK_NOT_BUILT = ("on_failure=rollback: undoing the nodes already changed is not built yet, so the rollout "
                       "is paused instead")
@@ -36,7 +39,11 @@ def reconcile(*, cluster: ClusterBackend | None = None, now: datetime | None = N
     when = now or timezone.now()
     done: dict[str, Any] = {}
     for rollout in RollingUpdate.objects.filter(status=RolloutStatus.RUNNING).order_by("pk"):
-        done[str(rollout.pk)] = advance_rollout(rollout, backend, when)
+        try:
+            done[str(rollout.pk)] = advance_rollout(rollout, backend, when)
+        except Exception as error:  # a bug or an outage in one rollout must not stall the others
+            logger.exception("rollout %s: tick failed; the next tick retries the same step", rollout.pk)
+            done[str(rollout.pk)] = f"error: {error}"
     return done
 
 
