@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from playwright.sync_api import Page, expect
 
-from nodes.cluster.backends import get_cluster
+from nodes.cluster.sim import SimulatedCluster
 from nodes.demo import H100_MEMORY_MIB, H100_PRODUCT
 from nodes.inventory.sync import sync_inventory
 from rollouts.models import RollingUpdate
@@ -32,9 +32,9 @@ def operator_user() -> User:
 
 
 @pytest.fixture
-def small_cluster() -> None:
+def small_cluster(isolated_cluster_state: str) -> None:
     """Three exclusive H100 x2 nodes in this test's simulated cluster, synced into the inventory."""
-    cluster = get_cluster()
+    cluster = SimulatedCluster(isolated_cluster_state)
     for name in NODES:
         cluster.add_gpu_node(name, product=H100_PRODUCT, gpu_count=2, gpu_memory_mib=H100_MEMORY_MIB)
     sync_inventory(cluster)
