@@ -96,6 +96,9 @@ def test_the_form_shows_the_apis_field_errors(operator, cluster):
     body = client.post(NEW, form(mode="mig", replicas="", mig_layout="9g.99gb=1", create="1")).content.decode()
     assert re.search(r'field--invalid">\s*<label for="id_mig_layout">', body), body
     assert "H100-SXM5-80GB (gpu-a, gpu-b)" in body
+    body = client.post(NEW, form(max_unavailable="0", nodes=["gpu-a", "nope"], create="1")).content.decode()
+    assert re.search(r'field--invalid">\s*<label for="id_max_unavailable">', body)
+    assert "Select a valid choice. nope is not one of the available choices." in body
     body = client.post(NEW, form(mode="mig", replicas="", mig_layout="3g.40gb", create="1")).content.decode()
     assert "Write each profile as profile=count" in body
     assert not RollingUpdate.objects.exists()
@@ -109,6 +112,12 @@ def test_create_stores_it_and_opens_its_page(operator, cluster):
     assert rollout.created_by == operator
     body = response.content.decode()
     assert body.count('<tr data-node="') == 2
+    listing = signed_in(operator).get("/rollouts/").content.decode()
+    assert f'href="/rollouts/{rollout.pk}/">ts4</a>' in listing and "0.0 %" in listing and "Pending" in listing
+
+
+def test_an_unknown_rollout_is_a_404(viewer):
+    assert signed_in(viewer).get("/rollouts/999/").status_code == 404
 
 
 def test_a_refused_rollout_shows_the_reasons_and_stores_nothing(operator, cluster):
@@ -117,7 +126,10 @@ def test_a_refused_rollout_shows_the_reasons_and_stores_nothing(operator, cluste
     replica(b, "big", gpus=2)
     body = signed_in(operator).post(NEW, form(create="1")).content.decode()
     assert 'id="rollout-refused"' in body and "cannot be done safely now" in body
-    assert "cannot move" in body
+    # The 409's reasons, and the preview's refusals under them, name the workload that cannot move.
+    refused = re.search(r'id="rollout-refused">(.*?)</section>', body, re.S).group(1)
+    assert "default/chat on gpu-a cannot move" in refused
+    assert re.search(r'id="preview-refusals"><li><code>default/chat</code> on gpu-a: ', body)
     assert not RollingUpdate.objects.exists()
 
 
