@@ -167,3 +167,26 @@ def test_the_live_page_shows_the_apis_numbers_and_buttons_by_status(operator, vi
     viewer_body = signed_in(viewer).get(f"/rollouts/{rollout.pk}/").content.decode()
     assert 'data-action="' not in viewer_body
     assert f'<strong id="rollout-progress">{api["progress_percent"]:.1f} %</strong>' in viewer_body
+
+
+def test_preview_names_skipped_nodes_with_their_reason(operator, cluster):
+    a, b, c = cluster
+    replica(b, "pinned", labels={ANNOTATION_DO_NOT_DISRUPT: "true"})
+    client = signed_in(operator)
+    body = client.post(NEW, form(preview="1")).content.decode()
+    api = client.post("/api/v1/rollouts/preview/", {"name": "ts4", "nodes": ["gpu-a", "gpu-b"],
+                      "config": {"mode": "timeslice", "replicas": 4}}, content_type="application/json").json()
+    [skipped] = api["skipped"]
+    assert skipped["node"] == "gpu-b"
+    assert f'<ul id="preview-skipped"><li>gpu-b: {skipped["reason"]}</li></ul>' in body.replace("&#x27;", "'")
+    assert re.findall(r'<th scope="row" class="num">(\d+)</th>\s*<td>([^<]*)</td>', body) == [("1", "gpu-a")]
+
+
+def test_the_list_filters_by_status_and_refuses_an_unknown_one(operator, cluster):
+    client = signed_in(operator)
+    create(client)
+    assert "ts4</a>" in client.get("/rollouts/?status=pending").content.decode()
+    assert "ts4</a>" not in client.get("/rollouts/?status=running").content.decode()
+    response = client.get("/rollouts/?status=bogus")
+    assert response.status_code == 200
+    assert "Select a valid choice" in response.content.decode() and "ts4</a>" not in response.content.decode()
