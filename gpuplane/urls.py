@@ -33,6 +33,7 @@ urlpatterns = [
     # Prometheus scrapes this; open unless GPUPLANE_METRICS_TOKEN is set (gpuplane/observability.py).
     path("metrics", MetricsView.as_view(), name="metrics"),
     path("deployments/", include("scheduler.urls")),
+    path("rollouts/", include("rollouts.urls")),
     path("", OverviewView.as_view(), name="overview"),
     path("", include("nodes.urls")),
 ]
