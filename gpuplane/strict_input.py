@@ -108,6 +108,10 @@ class StrictSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
     """Base of request bodies: a Serializer that refuses unknown fields."""
 
 
+class NoFieldsSerializer(StrictSerializer):
+    """The body of an action that takes none (start, pause, ...): any field in it is a 400."""
+
+
 def drf_query_parameters(view: APIView) -> set[str]:
     """The query parameters DRF itself reads for `view`: paging, ordering, search and format."""
     names = {api_settings.URL_FORMAT_OVERRIDE or "format"}

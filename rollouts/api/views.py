@@ -19,7 +19,7 @@ from rest_framework.viewsets import GenericViewSet
 
 from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import OPERATOR
-from gpuplane.strict_input import StrictQueryParametersMixin
+from gpuplane.strict_input import NoFieldsSerializer, StrictQueryParametersMixin
 from rollouts.api.serializers import (
     RollingUpdateSerializer,
     RolloutCreateSerializer,
@@ -96,6 +96,7 @@ class RollingUpdateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Str
 
     def _act(self, request: Request, action_name: str) -> Response:
         rollout = self.get_object()
+        NoFieldsSerializer(data=request.data).is_valid(raise_exception=True)
         try:
             act(rollout, action_name, actor=request.user)
         except NotAllowed as error:

@@ -32,8 +32,9 @@ def _walk(resolver: URLResolver, prefix: str = "") -> Iterator[tuple[str, URLPat
 
 def _concrete(route: str) -> str:
     """A request path for a route: every captured parameter filled with a placeholder."""
-    path = re.sub(r"<(?:\w+:)?(\w+)>", "1", route)  # path() converters
-    path = re.sub(r"\(\?P<\w+>[^)]*\)", "1", path)  # re_path() groups (routers)
+    # re_path() groups (routers) first: their names are in angle brackets too.
+    path = re.sub(r"\(\?P<\w+>[^)]*\)", "1", route)
+    path = re.sub(r"<(?:\w+:)?(\w+)>", "1", path)  # path() converters
     return "/" + path.replace("^", "").replace("$", "")
 
 

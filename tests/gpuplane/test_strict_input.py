@@ -37,7 +37,7 @@ def api_endpoints() -> list[tuple[str, str, Any]]:
 
 GET_ENDPOINTS = [(path, callback) for path, method, callback in api_endpoints() if method == "GET"]
 LIST_ENDPOINTS = [(path, cb) for path, cb in GET_ENDPOINTS if (getattr(cb, "actions", None) or {}).get("get") == "list"]
-WRITE_ENDPOINTS = [(path, method) for path, method, _cb in api_endpoints() if method in WRITE_METHODS]
+WRITE_ENDPOINTS = [(path, method, cb) for path, method, cb in api_endpoints() if method in WRITE_METHODS]
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_the_enumeration_finds_the_endpoints_it_must_cover():
     assert {"/api/v1/nodes/", "/api/v1/gpus/", "/api/v1/partitions/", "/api/v1/deployments/",
             "/api/v1/audit-events/"} <= {path for path, _cb in LIST_ENDPOINTS}
     assert {("/api/v1/deployments/", "POST"), ("/api/v1/telemetry/", "POST"),
-            ("/api/v1/auth/token/", "POST")} <= set(WRITE_ENDPOINTS)
+            ("/api/v1/auth/token/", "POST")} <= {(path, method) for path, method, _ in WRITE_ENDPOINTS}
 
 
 @pytest.mark.parametrize(("path", "callback"), GET_ENDPOINTS, ids=[path for path, _cb in GET_ENDPOINTS])
@@ -107,16 +107,18 @@ def test_a_filter_of_the_endpoint_is_not_unknown(admin_api, objects):
     assert response.json()["count"] == 1
 
 
-@pytest.mark.parametrize(("path", "method"), WRITE_ENDPOINTS, ids=[f"{m} {p}" for p, m in WRITE_ENDPOINTS])
-def test_every_writable_endpoint_answers_400_naming_an_unknown_body_field(admin_api, objects, path, method):
+@pytest.mark.parametrize(("path", "method", "callback"), WRITE_ENDPOINTS, ids=[f"{m} {p}" for p, m, _ in WRITE_ENDPOINTS])
+def test_every_writable_endpoint_answers_400_naming_an_unknown_body_field(admin_api, objects, path, method, callback):
+    path = concrete(path, callback, objects)
     response = getattr(admin_api, method.lower())(path, {"replica": 3}, format="json")
 
     assert response.status_code == 400, response.content
     assert response.json()["replica"][0].startswith("Unknown field: replica is not a field of this request")
 
 
-@pytest.mark.parametrize(("path", "method"), WRITE_ENDPOINTS, ids=[f"{m} {p}" for p, m in WRITE_ENDPOINTS])
-def test_every_writable_endpoint_answers_400_naming_an_unknown_query_parameter(admin_api, objects, path, method):
+@pytest.mark.parametrize(("path", "method", "callback"), WRITE_ENDPOINTS, ids=[f"{m} {p}" for p, m, _ in WRITE_ENDPOINTS])
+def test_every_writable_endpoint_answers_400_naming_an_unknown_query_parameter(admin_api, objects, path, method, callback):
+    path = concrete(path, callback, objects)
     response = getattr(admin_api, method.lower())(f"{path}?dry_run=1", {}, format="json")
 
     assert response.status_code == 400, response.content
