@@ -96,7 +96,8 @@ def fragmentation(free: np.ndarray, max_unit: np.ndarray, whole_free: np.ndarray
 
 class FragmentationGradient(ScorePlugin):
     """raw = F_before - F_after (milli-GPU, rounded): how much the placement lowers the node's
-    fragmentation (``fragmentation`` / 1000), the CPU the request takes included.
+    fragmentation (``fragmentation`` / 1000), the CPU the request takes included, minus the
+    share a single-GPU unit gives beyond the request's (a 500 MPS slot for 250 strands 250).
 
     normalized = 100 x (raw - min) // (max - min) over the feasible nodes (100 everywhere when
     they all tie). FGD's own squash, floor(100 x sigmoid(raw / 1000)), maps the usual gradients
@@ -201,6 +202,10 @@ class FragmentationGradient(ScorePlugin):
             runs_after = _runs(pod, count_after, cpu_after[rows], None if node_access is None else node_access[rows])
             after[rows] = np.where(runs_after, total_after - hosted_after, total_after)
             raw += pod.weight_milli * (before - after)
+        # A unit larger than the request's share (a 500 MPS slot for 250) strands the excess as
+        # surely as a sliver left free: FGD's trace never over-allocates, a fixed-slot node does.
+        total_weight = sum(pod.weight_milli for pod in self.pods)
+        raw[rows] -= total_weight * np.maximum(unit - need.share_milli, 0)
         return np.rint(raw / 1000).astype(np.int64)
 
     def normalize(self, state: CycleState, raw: np.ndarray) -> np.ndarray:

@@ -199,3 +199,14 @@ def test_fragmentation_counts_capacity_a_class_cannot_use():
 def test_fragmentation_gradient_rejects_empty_typical_pods():
     with pytest.raises(ValueError):
         FragmentationGradient(typical_pods=[])
+
+
+def test_fragmentation_gradient_counts_a_unit_larger_than_the_request_as_stranded():
+    snapshot = ClusterSnapshot([
+        make_node("mps-2", mode=SharingMode.MPS, replicas=2, gpus=1),
+        make_node("mps-4", mode=SharingMode.MPS, replicas=4, gpus=1),
+    ])
+    plugin = FragmentationGradient(typical_pods=[{"share_milli": 250, "gpu_count": 1, "weight": 1}])
+    got = scores(plugin, snapshot, request(4, share_milli=250))
+    # Both nodes host 250 before and after (F 0 -> 0); mps-2's slot gives 500 for 250: raw -250.
+    assert got == {"mps-2": (-250, 0), "mps-4": (0, 100)}
