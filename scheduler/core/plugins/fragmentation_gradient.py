@@ -15,6 +15,7 @@ import numpy as np
 
 from nodes.vocabulary import SHARE_MILLI_FULL
 from scheduler.core.fit import KIND_EXCLUSIVE, KIND_MIG, KIND_WEIGHTED, chosen_gpus
+from scheduler.core.fragmentation import typical_pods
 from scheduler.core.framework import CycleState, ScorePlugin
 from scheduler.core.packed_rows import row_count
 from scheduler.core.plugins.capability_match import accepts_model
@@ -43,6 +44,17 @@ DEFAULT_TYPICAL_PODS: tuple[dict[str, float], ...] = (
     {"share_milli": 1000, "gpu_count": 1, "weight": 0.3},
     {"share_milli": 1000, "gpu_count": 2, "weight": 0.1},
 )
+
+
+def observed_typical_pods(shapes: Iterable[tuple[int, int]], minimum: int = 20) -> list[dict[str, Any]] | None:
+    """Typical pods from live placements' (share per GPU, GPU count), most frequent first until
+    95 % are covered, in ``typical_pods`` argument form; None below ``minimum`` placements (too
+    few to stand for the workload: the shipped defaults then apply)."""
+    listed = [(0, int(share), int(count), ()) for share, count in shapes if count > 0 and share > 0]
+    if len(listed) < minimum:
+        return None
+    return [{"share_milli": c.gpu_milli, "gpu_count": c.gpu_count, "weight": c.weight}
+            for c in typical_pods(listed)]
 
 
 def _hosts(pod: TypicalPod, max_unit: np.ndarray, whole_free: np.ndarray) -> np.ndarray:
