@@ -12,7 +12,7 @@ reservation. How the trace is expressed in the product's vocabulary:
   one-GPU pod asks ``share_milli=1000``. GPU memory is not in the trace: requests ask 1 MiB.
 - Not expressible in the core today, so refused and counted in ``unexpressible``: CPU-only
   pods (``gpu_count`` must be >= 1) and multi-GPU pods (whole-GPU gangs go only to exclusive or
-  MIG nodes). They are 13 % and 0.9 % of the default list's pods (0 % and 7.2 % of its GPU milli).
+  MIG nodes). They are 13 % and 0.9 % of the default list's pods (0 % and 7.3 % of its GPU milli).
 - The trace's GPU models are not in the product catalog. For the replay only, this module adds
   stand-ins to the in-process ``nodes.catalog.CATALOG`` (never to the catalog's source):
 
