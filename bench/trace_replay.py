@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
+from bench.trace_profiles import PROFILE_POLICIES, ProfileReplayer, typical_share_pods  # noqa: E402
 from scheduler.core.fragmentation import ClassTable, typical_pods  # noqa: E402
 from scheduler.core.packing import PackingCluster, PackNode, PackPod  # noqa: E402
 from scheduler.core.packing_policies import POLICIES, choose  # noqa: E402
@@ -63,9 +64,12 @@ def workload(pods: list[PackPod], capacity: int, rng: np.random.Generator) -> li
         total += pod.total_gpu_milli
 
 
-def replay(nodes: list[PackNode], pods: list[PackPod], policy: str, seed: int) -> dict[str, float]:
+def replay(nodes: list[PackNode], pods: list[PackPod], policy: str, seed: int,
+           expressible_only: bool = False) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     shuffled = [nodes[i] for i in rng.permutation(len(nodes))]  # the seed's tie-break order
+    if policy in PROFILE_POLICIES:
+        return _replay_profile(shuffled, pods, policy, seed, rng)
     cluster = PackingCluster(shuffled)
     capacity = cluster.gpu_capacity_milli
     cluster.track(ClassTable.build(
@@ -76,7 +80,9 @@ def replay(nodes: list[PackNode], pods: list[PackPod], policy: str, seed: int) -
     offered = workload(pods, capacity, rng)
     for pod in offered:
         start = time.perf_counter()
-        choice = choose(policy, cluster, pod, rng=rng)
+        # --expressible-only: refuse what the API's core cannot place (``trace_profiles``), so
+        # that the packing policies face the profiles' workload.
+        choice = None if expressible_only and pod.gpu_count != 1 else choose(policy, cluster, pod, rng=rng)
         if choice is not None:
             cluster.place(choice.row, pod, choice.gpus)
         elapsed += time.perf_counter() - start
@@ -85,6 +91,27 @@ def replay(nodes: list[PackNode], pods: list[PackPod], policy: str, seed: int) -
             allocated += pod.total_gpu_milli
         records.append((100 * arrived / capacity, 100 * allocated / capacity))
     result = {"seed": seed, "ms_per_decision": 1000 * elapsed / len(offered), "pods": len(offered)}
+    for mark in (100, 130):
+        values = [alloc for arr, alloc in records if round(arr) == mark]
+        result[f"alloc_{mark}"] = statistics.fmean(values) if values else float("nan")
+    return result
+
+
+def _replay_profile(shuffled: list[PackNode], pods: list[PackPod], policy: str, seed: int,
+                    rng: np.random.Generator) -> dict[str, float]:
+    """``replay`` through the API's Scheduler running the profile called ``policy``."""
+    replayer = ProfileReplayer(policy, shuffled, typical_share_pods(pods))
+    capacity = sum(n.gpu_count for n in shuffled) * 1000
+    offered = workload(pods, capacity, rng)
+    arrived = allocated = 0
+    records: list[tuple[float, float]] = []
+    for pod in offered:
+        arrived += pod.total_gpu_milli
+        if replayer.place(pod):
+            allocated += pod.total_gpu_milli
+        records.append((100 * arrived / capacity, 100 * allocated / capacity))
+    result: dict[str, float] = {"seed": seed, "ms_per_decision": 1000 * replayer.elapsed / len(offered),
+                                "pods": len(offered), "unexpressible": replayer.unexpressible}
     for mark in (100, 130):
         values = [alloc for arr, alloc in records if round(arr) == mark]
         result[f"alloc_{mark}"] = statistics.fmean(values) if values else float("nan")
@@ -114,10 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pods", type=Path, required=True)
     parser.add_argument("--nodes", type=Path, default=None, help=f"default: {NODE_LIST} beside --pods")
-    parser.add_argument("--policy", choices=POLICIES, required=True)
+    parser.add_argument("--policy", choices=POLICIES + PROFILE_POLICIES, required=True)
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--limit-nodes", type=int, default=None, help="only the first N nodes (quick runs)")
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--expressible-only", action="store_true",
+                        help="refuse CPU-only and multi-GPU pods, as the profiles must (bench/trace_profiles.py)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     nodes = load_nodes(args.nodes or args.pods.parent / NODE_LIST, args.limit_nodes)
@@ -125,10 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     seeds = parse_seeds(args.seeds)
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as pool:
-            runs = list(pool.map(replay, [nodes] * len(seeds), [pods] * len(seeds), [args.policy] * len(seeds), seeds))
+            runs = list(pool.map(replay, [nodes] * len(seeds), [pods] * len(seeds), [args.policy] * len(seeds), seeds,
+                                 [args.expressible_only] * len(seeds)))
     else:
-        runs = [replay(nodes, pods, args.policy, seed) for seed in seeds]
+        runs = [replay(nodes, pods, args.policy, seed, args.expressible_only) for seed in seeds]
     summary = _summary(args.policy, args.pods, runs)
+    summary["expressible_only"] = args.expressible_only or args.policy in PROFILE_POLICIES
     if args.json:
         print(json.dumps(summary))
     else:

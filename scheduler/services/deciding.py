@@ -36,6 +36,7 @@ from scheduler.core import (
     build_profile,
 )
 from scheduler.core.advice import charge, explain_unplaced
+from scheduler.core.plugins.fragmentation_gradient import observed_typical_pods
 from scheduler.core.profiles import PROFILES
 from scheduler.core.wording import nodes_that
 from scheduler.services.errors import NoCapacity
@@ -63,10 +64,30 @@ def placement_scheduler() -> Scheduler:
     }
     data["classification"] = {**dict(data.get("classification") or {}),
                               **getattr(settings, "SCHEDULER_CLASSIFICATION", {})}
+    _observed_workload(data)
     try:
         return Scheduler(build_profile(data))
     except (ProfileError, ValueError, KeyError) as error:
         raise ImproperlyConfigured(f"scheduling profile {name!r}: {error}") from error
+
+
+def _observed_workload(data: dict[str, Any]) -> None:
+    """Give FragmentationGradient the typical pods of the live placements, unless the profile
+    states its own; with too few placements the plugin keeps its shipped defaults."""
+    if "FragmentationGradient" not in dict(data.get("scores") or {}):
+        return
+    args = {name: dict(value) for name, value in dict(data.get("plugin_args") or {}).items()}
+    if "typical_pods" in args.get("FragmentationGradient", {}):
+        return
+    from scheduler.choices import PlacementStatus
+    from scheduler.models import Placement
+
+    live = Placement.objects.filter(node__isnull=False).exclude(
+        status__in=(PlacementStatus.RELEASED, PlacementStatus.FAILED))
+    observed = observed_typical_pods((share, len(gpus)) for share, gpus in live.values_list("share_milli", "gpu_indexes"))
+    if observed is not None:
+        args["FragmentationGradient"] = {**args.get("FragmentationGradient", {}), "typical_pods": observed}
+        data["plugin_args"] = args
 
 
 @dataclass

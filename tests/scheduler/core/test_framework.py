@@ -194,8 +194,9 @@ def test_idle_gpus_follow_the_fallback_rule():
 
 def test_profiles_are_data():
     balanced = get_profile("balanced")
+    # The seed's weights, plus fragmentation awareness (issue 10).
     assert balanced.weights == {"PowerEfficiency": 0.3, "WorkloadAffinity": 0.25, "LeastUtilized": 0.2,
-                                "PriorityPower": 0.15, "PartitionCompat": 0.1}
+                                "PriorityPower": 0.15, "PartitionCompat": 0.1, "FragmentationGradient": 0.3}
     assert [p.NAME for p in balanced.filters] == list(PROFILES["balanced"]["filters"])
     packing = get_profile("packing")
     assert set(packing.weights) == {"BestFit", "FragmentationGradient", "PartitionCompat", "WorkloadAffinity"}

@@ -147,13 +147,37 @@ def test_fragmentation_gradient():
     plugin = FragmentationGradient(typical_pods=[{"share_milli": 250, "gpu_count": 1, "weight": 1}])
     quarter = scores(plugin, snapshot, request(1, share_milli=250), ["two-gpus", "tight"])
     # two-gpus: the 250 goes to GPU 1 (GPU 0 cannot take it). F_before = 200 (GPU 0 cannot host
-    # a 250 pod), F_after = 200 -> raw 0 -> floor(100 x sigmoid(0)) = 50.
+    # a 250 pod), F_after = 200 -> raw 0.
     # tight: F_before = 0 (its GPU hosts 250); after, 50 is left, which hosts nothing, and the
-    # node then runs no typical pod: F_after = 50 -> raw -50 -> floor(100 x sigmoid(-0.05)) = 48.
-    assert quarter == {"two-gpus": (0, 50), "tight": (-50, 48)}
+    # node then runs no typical pod: F_after = 50 -> raw -50.
+    # Spread over the two: 100 x (0 + 50) // 50 = 100 and 0 (FGD's sigmoid gave 50 and 48).
+    assert quarter == {"two-gpus": (0, 100), "tight": (-50, 0)}
     # A 100 milli pod on fills-a-hole takes GPU 0 (least free share that covers it):
-    # F_before = 100, F_after = 0 -> raw 100 -> floor(100 x sigmoid(0.1)) = 52.
-    assert scores(plugin, snapshot, request(1, share_milli=100), ["fills-a-hole"]) == {"fills-a-hole": (100, 52)}
+    # F_before = 100, F_after = 0 -> raw 100; alone, it gets the full 100.
+    assert scores(plugin, snapshot, request(1, share_milli=100), ["fills-a-hole"]) == {"fills-a-hole": (100, 100)}
+    both = scores(plugin, snapshot, request(1, share_milli=100), ["two-gpus", "fills-a-hole"])
+    # two-gpus: 100 on GPU 0 (200 free, the tightest) leaves 100 that hosts no 250: F 200 -> 100,
+    # raw 100 as well: a tie, both 100.
+    assert both == {"two-gpus": (100, 100), "fills-a-hole": (100, 100)}
+
+
+def test_fragmentation_gradient_counts_cpu_and_gpu_models():
+    nodes = [_weighted("roomy", [0]), _weighted("cpu-short", [0]), _weighted("t4", [0])]
+    for node in nodes:
+        node.cpu_allocatable_milli = 8000
+    nodes[1].cpu_requested_milli = 6000  # 2000 free
+    nodes[2].gpu_model = "T4"
+    snapshot = ClusterSnapshot(nodes)
+    plugin = FragmentationGradient(typical_pods=[
+        {"share_milli": 500, "gpu_count": 1, "weight": 1, "cpu_milli": 2000, "gpu_models": ["A100"]},
+    ])
+    got = scores(plugin, snapshot, request(1, share_milli=250, cpu_milli=1000))
+    # roomy: 1000 free, hosts the class before and after (750 left, 7000 CPU): F 0 -> 0, raw 0.
+    # cpu-short: 2000 CPU free runs the class before; 1000 after does not, so its 750 free
+    # milli all become fragment: raw -750.
+    # t4: the class accepts A100 only, so all free milli is fragment before (1000) and after
+    # (750): raw +250, the placement uses up capacity nobody of the class could use.
+    assert got == {"roomy": (0, 75), "cpu-short": (-750, 0), "t4": (250, 100)}
 
 
 def test_fragmentation_counts_capacity_a_class_cannot_use():
@@ -175,3 +199,14 @@ def test_fragmentation_counts_capacity_a_class_cannot_use():
 def test_fragmentation_gradient_rejects_empty_typical_pods():
     with pytest.raises(ValueError):
         FragmentationGradient(typical_pods=[])
+
+
+def test_fragmentation_gradient_counts_a_unit_larger_than_the_request_as_stranded():
+    snapshot = ClusterSnapshot([
+        make_node("mps-2", mode=SharingMode.MPS, replicas=2, gpus=1),
+        make_node("mps-4", mode=SharingMode.MPS, replicas=4, gpus=1),
+    ])
+    plugin = FragmentationGradient(typical_pods=[{"share_milli": 250, "gpu_count": 1, "weight": 1}])
+    got = scores(plugin, snapshot, request(4, share_milli=250))
+    # Both nodes host 250 before and after (F 0 -> 0); mps-2's slot gives 500 for 250: raw -250.
+    assert got == {"mps-2": (-250, 0), "mps-4": (0, 100)}

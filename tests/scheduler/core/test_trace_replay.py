@@ -68,3 +68,33 @@ def test_same_seed_same_result(lists):
     first = trace_replay.replay(node_list, pod_list, "fgd", 7)
     second = trace_replay.replay(node_list, pod_list, "fgd", 7)
     assert (first["alloc_100"], first["alloc_130"]) == (second["alloc_100"], second["alloc_130"])
+
+
+@pytest.mark.parametrize("policy", ["balanced", "packing"])
+def test_profiles_replay_through_the_api_scheduler(lists, capsys, policy):
+    nodes, pods = lists
+    assert trace_replay.main(["--pods", str(pods), "--policy", policy, "--seeds", "42", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["policy"] == policy and result["expressible_only"] is True
+    assert 50 < result["alloc_130_mean"] <= 100
+    # CPU-only and 2-GPU pods cannot be asked of the core: refused and counted, never placed.
+    pod_list = trace_replay.load_pods(pods)
+    assert result["per_seed"][0]["unexpressible"] >= sum(p.gpu_count != 1 for p in pod_list)
+
+
+def test_profile_replay_keeps_cpu_and_gpu_models_honest(lists):
+    from bench.trace_profiles import ProfileReplayer, typical_share_pods
+    from scheduler.core.packing import PackPod
+
+    nodes, pods = lists
+    node_list = trace_replay.load_nodes(nodes)
+    replayer = ProfileReplayer("packing", node_list, typical_share_pods(trace_replay.load_pods(pods)))
+    t4 = PackPod(cpu_milli=30000, memory_mib=1024, gpu_milli=500, gpu_count=1, gpu_models=("T4",))
+    assert replayer.place(t4)
+    placed = [n for n in replayer.snapshot.nodes if n.cpu_requested_milli]
+    assert [n.gpu_model for n in placed] == ["T4"] and placed[0].cpu_requested_milli == 30000
+    # The T4 nodes have 32000 CPU: a second 30000 pod cannot go where the first went.
+    assert replayer.place(t4)
+    assert sorted(n.cpu_requested_milli for n in replayer.snapshot.nodes if n.cpu_requested_milli) == [30000, 30000]
+    # A pod bigger than any node's CPU is refused, not pinned where the kubelet would refuse it.
+    assert not replayer.place(PackPod(cpu_milli=200000, memory_mib=1, gpu_milli=1000, gpu_count=1))

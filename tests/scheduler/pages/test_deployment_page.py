@@ -23,6 +23,7 @@ BALANCED_IN_WORDS = {
     "LeastUtilized": ("Least utilized", "% idle"),
     "PriorityPower": ("Priority: power", "W"),
     "PartitionCompat": ("Partition fit", "% of the unit"),
+    "FragmentationGradient": ("Fragmentation", "milli-GPU"),
 }
 
 # ---- the deployment page ---------------------------------------------------------------------------
@@ -47,10 +48,11 @@ def test_the_page_shows_the_placement_and_the_decision_matrix(viewer_client, dem
 
     rows = table_rows(body, "data-matrix-table")
     header, body_rows = rows[0][1], rows[1:]
-    # Columns heaviest weight first; balanced: 0.30 PowerEfficiency ... 0.10 PartitionCompat.
+    # Columns heaviest weight first, equal weights by name; balanced: 0.30 FragmentationGradient,
+    # 0.30 PowerEfficiency ... 0.10 PartitionCompat.
     weights = sorted(matrix["weights"].items(), key=lambda item: (-item[1], item[0]))
     plugins = [plugin for plugin, _ in weights]
-    assert plugins[0] == "PowerEfficiency" and plugins[-1] == "PartitionCompat"
+    assert plugins[:2] == ["FragmentationGradient", "PowerEfficiency"] and plugins[-1] == "PartitionCompat"
     assert set(plugins) == set(BALANCED_IN_WORDS)
     assert header == (
         "Rank Node Verdict " + " ".join(f"{BALANCED_IN_WORDS[p][0]} × {w:.2f}" for p, w in weights) + " Total"
