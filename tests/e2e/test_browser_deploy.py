@@ -88,7 +88,8 @@ def test_an_operator_deploys_and_reads_the_decision_matrix(
         expect(rejected.nth(i)).to_contain_text(row["reason"])
     assert len(stored_rejected) > 0
     expect(page.locator(".weights")).to_contain_text("Power efficiency × 0.30")
-    expect(chosen.locator(".matrix__raw").first).to_contain_text("TFLOPS per kW")
+    # Raw values in words with their units (the power-efficiency column, wherever the weights sort it).
+    expect(chosen.locator(".matrix__raw").filter(has_text="TFLOPS per kW")).to_have_count(1)
 
     # The chart: one stacked trace per plugin, one bar per charted node, the chosen node on top.
     chart = page.locator("[data-decision-chart]")
@@ -96,7 +97,7 @@ def test_an_operator_deploys_and_reads_the_decision_matrix(
     feasible = sum(1 for row in matrix["rows"] if row["feasible"])
     expect(chart.locator(".barlayer .trace")).to_have_count(plugins)
     expect(chart.locator(".barlayer .point")).to_have_count(plugins * min(10, feasible))
-    expect(chart.locator(".legend .legendtext").first).to_have_text("Power efficiency × 0.30")
+    expect(chart.locator(".legend .legendtext").filter(has_text="Power efficiency × 0.30")).to_have_count(1)
     first_tick = chart.locator(".yaxislayer-above .ytick text").first
     expect(first_tick).to_contain_text(node)
     expect(first_tick).to_contain_text("✓")
