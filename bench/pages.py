@@ -35,7 +35,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -43,6 +42,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplane.settings")
+
+from bench.ingest import database_name, throwaway_database  # noqa: E402
 
 PAGES = {"overview": "/", "node_map_api": "/api/v1/heatmap/", "metrics": "/metrics"}
 
@@ -119,17 +120,8 @@ def run(nodes: int, gpus_per_node: int, repeat: int, browser: bool = False, scre
 
     request_started.disconnect(close_old_connections)
     request_finished.disconnect(close_old_connections)
-    test_settings = connection.settings_dict.setdefault("TEST", {})
-    tmp_dir = None
-    if connection.vendor == "sqlite":
-        tmp_dir = tempfile.TemporaryDirectory(prefix="gpuplane-bench-")
-        test_settings["NAME"] = str(Path(tmp_dir.name) / "bench.sqlite3")
-    else:
-        test_settings["NAME"] = f"gpuplane_bench_pages_{os.getpid()}"
-    old_name = connection.settings_dict["NAME"]
     memory_cache = {**settings.CACHES, CACHE_ALIAS: {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    try:
+    with throwaway_database("pages"):
         with override_settings(CACHES=memory_cache):
             build0 = time.perf_counter()
             make_fleet(nodes, gpus_per_node, prefix="bench", sampled_at=timezone.now() - timedelta(seconds=5))
@@ -176,14 +168,7 @@ def run(nodes: int, gpus_per_node: int, repeat: int, browser: bool = False, scre
                     browsed = _browse(f"http://127.0.0.1:{server.port}", nodes, gpus_per_node, password, screenshots)
                 finally:
                     server.terminate()
-        if connection.vendor == "sqlite":
-            database = f"sqlite {connection.Database.sqlite_version}"
-        else:
-            database = f"{connection.vendor} {connection.pg_version}"
-    finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
-        if tmp_dir is not None:
-            tmp_dir.cleanup()
+        database = database_name(connection)
     return {
         "benchmark": "fleet-pages",
         "nodes": nodes,
