@@ -50,13 +50,14 @@ Handler = Callable[[RecordedRequest], Reply]
 class FakeKubeAPI:
     """Records requests and answers them from routes keyed by (method, exact path).
 
-    A request without a route gets the API server's 404 for an unknown resource path, so a test
+    A request without a route goes to the handler given to `serve`, if any; else it gets the API server's 404 for an unknown resource path, so a test
     sees a wrong path as a NotFound rather than a hang.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._routes: dict[tuple[str, str], Handler] = {}
+        self._fallback: Handler | None = None
         self._requests: list[RecordedRequest] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -79,6 +80,7 @@ class FakeKubeAPI:
         """Forget routes and recorded requests (one server serves many tests)."""
         with self._lock:
             self._routes.clear()
+            self._fallback = None
             self._requests.clear()
 
     def on(
@@ -95,6 +97,11 @@ class FakeKubeAPI:
         with self._lock:
             self._routes[(method.upper(), path)] = handler or (lambda _request: reply)
 
+    def serve(self, handler: Handler) -> None:
+        """Answer every request that has no route with `handler` (a stateful fake cluster's)."""
+        with self._lock:
+            self._fallback = handler
+
     @property
     def requests(self) -> list[RecordedRequest]:
         with self._lock:
@@ -109,7 +116,7 @@ class FakeKubeAPI:
     def _answer(self, request: RecordedRequest) -> Reply:
         with self._lock:
             self._requests.append(request)
-            handler = self._routes.get((request.method, request.path))
+            handler = self._routes.get((request.method, request.path)) or self._fallback
         if handler is None:
             return Reply(404, status_error(404, "NotFound", "the server could not find the requested resource"))
         return handler(request)
