@@ -17,6 +17,9 @@ Eviction subresource, Deployment create / read / scale / delete, pod DELETE). Be
   nothing until its plugin restarts, as on a real cluster.
 - The node lifecycle controller: a cordoned node carries the `node.kubernetes.io/unschedulable`
   taint, removed again on uncordon.
+
+Faults: `evictions_refused` answers that many evictions with the PodDisruptionBudget's 429, and
+`plugin_hangs` keeps every new plugin pod from ever starting (so nothing is published).
 """
 from __future__ import annotations
 
@@ -62,6 +65,8 @@ class FakeCluster:
         # The ConfigMap of named device plugin configs, in NVIDIA's format.
         self.plugin_configs = dict(render_device_plugin_config(config) for config in configs)
         self._names = count(1)
+        self.evictions_refused = 0
+        self.plugin_hangs = False
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., Reply]]] = [
             ("GET", re.compile(r"/api/v1/nodes"), self._list_nodes),
             ("PATCH", re.compile(_NODE), self._patch_node),
@@ -117,6 +122,8 @@ class FakeCluster:
                 if not pod["spec"].get("nodeName") or _ready(pod):
                     continue
                 if pod["metadata"]["namespace"] == PLUGIN_NAMESPACE:
+                    if self.plugin_hangs:
+                        continue
                     self._publish(pod["spec"]["nodeName"])  # the new plugin reads its config
                 _set_ready(pod)
             for key in sorted(self.deployments):
@@ -218,8 +225,12 @@ class FakeCluster:
         return Reply(200, k8s.list_object("Pod", selected))
 
     def _evict(self, request: RecordedRequest, ns: str, name: str) -> Reply:
-        if self.pods.pop(f"{ns}/{name}", None) is None:
+        if f"{ns}/{name}" not in self.pods:
             return Reply(404, k8s.not_found("pods", name))
+        if self.evictions_refused:
+            self.evictions_refused -= 1
+            return Reply(429, k8s.eviction_blocked("svc-pdb", 1, 1), headers={"Retry-After": "10"})
+        del self.pods[f"{ns}/{name}"]
         return Reply(201, k8s.eviction_accepted())
 
     def _delete_pod(self, request: RecordedRequest, ns: str, name: str) -> Reply:
