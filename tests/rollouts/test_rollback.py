@@ -1,0 +1,122 @@
+"""on_failure=rollback on the simulated cluster: the changed nodes go back latest batch first, the
+nodes not started are skipped, and a rollback cut by a crash resumes from the rows. (The MIG
+manager's failure that triggers a rollback is in test_faults.)"""
+from __future__ import annotations
+
+import pytest
+
+from lifecycle.models import AuditEvent
+from nodes.cluster.sim import SimulatedCluster
+from nodes.contract import LABEL_DEVICE_PLUGIN_CONFIG, LABEL_GPU_REPLICAS, RESOURCE_GPU
+from nodes.models import Node
+from nodes.node_configs import applied_config
+from nodes.sharing.node_config import render_device_plugin_config
+from rollouts.choices import NodeState, OnFailure, RolloutStatus
+from rollouts.models import RollingUpdate, RolloutNode
+from tests.rollouts.simulated import (
+    MPS_2,
+    MPS_4,
+    active_placements,
+    mps_cluster,
+    node_named,
+    run,
+    served_and_within,
+    started,
+    tick,
+    verbs_of,
+)
+from tests.scheduler.inventory import FakeClock
+
+pytestmark = pytest.mark.django_db
+
+MPS_2_LABEL = render_device_plugin_config(MPS_2)[0]
+
+
+class PluginBrokenOn(SimulatedCluster):
+    """The device plugin on the nodes in ``broken`` never picks up a new config."""
+
+    broken: set[str] = set()
+
+    def restart_device_plugin(self, node: str) -> None:
+        if node not in PluginBrokenOn.broken:
+            super().restart_device_plugin(node)
+
+
+def test_rollback_undoes_the_changed_nodes_latest_first_and_skips_those_not_started(settings):
+    settings.ROLLOUT_STEP_TIMEOUT_S = 30
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=4, deployments=3, cluster_class=PluginBrokenOn)
+    rollout = started(cluster, on_failure=OnFailure.ROLLBACK)
+    steps = {s.batch_index: s for s in rollout.nodes.all()}
+    assert sorted(steps) == [1, 2, 3, 4]
+    PluginBrokenOn.broken = {steps[3].node_name}
+    try:
+        rollout = run(cluster, clock, rollout, ticks=400, check=served_and_within(cluster))
+    finally:
+        PluginBrokenOn.broken = set()
+
+    assert rollout.status == RolloutStatus.ROLLED_BACK, rollout.message
+    state = {i: RolloutNode.objects.get(pk=s.pk) for i, s in steps.items()}
+    assert [state[i].state for i in (1, 2, 3, 4)] == [NodeState.ROLLED_BACK, NodeState.ROLLED_BACK,
+                                                      NodeState.FAILED, NodeState.SKIPPED]
+    assert state[3].reason == "verifying the new config took longer than 30 s"
+    assert state[4].reason.startswith(f"not started: the rollout rolls back after {steps[3].node_name} failed")
+    assert "rolloutnode.labels_switched" not in verbs_of(state[4])
+    for node in cluster.list_nodes():  # every node at MPS R=2 again, proven, schedulable
+        assert node.labels[LABEL_DEVICE_PLUGIN_CONFIG] == MPS_2_LABEL, node.name
+        assert node.labels[LABEL_GPU_REPLICAS] == "2" and node.allocatable[RESOURCE_GPU] == 2, node.name
+        assert not node.unschedulable, node.name
+    assert all(applied_config(node) == MPS_2 for node in Node.objects.all())
+    # Latest batch first: batch 2's node was rolled back before batch 1's.
+    rolled = list(AuditEvent.objects.filter(verb="rolloutnode.rolled-back").order_by("pk")
+                  .values_list("object_id", flat=True))
+    assert rolled == [str(steps[2].pk), str(steps[1].pk)]
+    assert set(active_placements().values()) == {1}
+
+
+class WorkerKilled(BaseException):
+    """The worker process dies here (SIGKILL): no handler in the reconciler runs."""
+
+
+class KilledWhileRollingBack(PluginBrokenOn):
+    """Dies on the first label switch of the rollback (the labels written, the plugin not yet restarted)."""
+
+    armed = False
+
+    def restart_device_plugin(self, node: str) -> None:
+        if KilledWhileRollingBack.armed:
+            KilledWhileRollingBack.armed = False
+            raise WorkerKilled("worker killed")
+        super().restart_device_plugin(node)
+
+
+def test_a_rollback_cut_by_a_crash_resumes_from_the_rows_and_ends_rolled_back(settings):
+    settings.ROLLOUT_STEP_TIMEOUT_S = 30
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=2, deployments=1, cluster_class=KilledWhileRollingBack)
+    rollout = started(cluster, names=["gpu-1", "gpu-2"], on_failure=OnFailure.ROLLBACK)
+    first, second = rollout.nodes.get(batch_index=1), rollout.nodes.get(batch_index=2)
+    PluginBrokenOn.broken = {second.node_name}
+    try:
+        while not RollingUpdate.objects.get(pk=rollout.pk).message.startswith("rolling back"):
+            tick(cluster, clock)
+        KilledWhileRollingBack.armed = True
+        with pytest.raises(WorkerKilled):
+            for _ in range(100):
+                tick(cluster, clock)
+        first.refresh_from_db()
+        assert first.state == NodeState.RECONFIGURING and first.progress["rollback"] is True
+        assert node_named(cluster, first.node_name).labels[LABEL_DEVICE_PLUGIN_CONFIG] == MPS_2_LABEL  # switched back
+
+        rollout = run(cluster, clock, rollout, check=served_and_within(cluster))
+    finally:
+        PluginBrokenOn.broken = set()
+
+    assert rollout.status == RolloutStatus.ROLLED_BACK, rollout.message
+    first.refresh_from_db()
+    assert first.state == NodeState.ROLLED_BACK
+    # The rerun kept the labels found before the rollback's switch (the rollout's config).
+    assert first.progress["previous_labels"][LABEL_DEVICE_PLUGIN_CONFIG] == render_device_plugin_config(MPS_4)[0]
+    node = node_named(cluster, first.node_name)
+    assert node.allocatable[RESOURCE_GPU] == 2 and not node.unschedulable
+    assert active_placements() == {"svc-1": 1}
