@@ -52,8 +52,7 @@ def advance_rollback(rollout: RollingUpdate, steps: list[RolloutNode], cluster: 
         elif step.state in IN_FLIGHT and not rolling_back(step):
             _stop(step, cluster, failed)
     going_back = [s for s in steps if s.state in IN_FLIGHT and rolling_back(s)]
-    if not going_back:
-        going_back = _begin_latest_batch(steps, now)
+    going_back += _begin_batch(steps, going_back, now)
     if not going_back:
         return _finish(rollout, steps, failed)
     cordon_batch(going_back, cluster)
@@ -84,15 +83,16 @@ def _stop(step: RolloutNode, cluster: ClusterBackend, failed: str) -> None:
               reason=f"stopped part-way and restored (previous labels, uncordoned): rollback after {failed} failed")
 
 
-def _begin_latest_batch(steps: list[RolloutNode], now: datetime) -> list[RolloutNode]:
-    """Start rolling back the latest batch of succeeded nodes; those that started."""
+def _begin_batch(steps: list[RolloutNode], going_back: list[RolloutNode], now: datetime) -> list[RolloutNode]:
+    """Start rolling back the succeeded nodes of the batch being rolled back (one a crash left
+    behind), or of the latest batch when none is; those that started."""
     done = [s for s in steps if s.state == NodeState.SUCCEEDED]
     if not done:
         return []
-    batch = max(s.batch_index or 0 for s in done)
+    batch = going_back[0].batch_index if going_back else max(s.batch_index or 0 for s in done)
     started = []
     for step in done:
-        if (step.batch_index or 0) != batch:
+        if (step.batch_index or 0) != (batch or 0):
             continue
         previous = NodeConfig.of(**step.previous_config).describe() if step.previous_config else "?"
         # One UPDATE: the state and a fresh progress (the forward pass's kept under "forward").
