@@ -221,3 +221,54 @@ def test_a_rollout_paused_while_rolling_back_stands_still_and_rolls_back_on_when
     node = node_named(cluster, first.node_name)
     assert node.labels[LABEL_DEVICE_PLUGIN_CONFIG] == MPS_2_LABEL and not node.unschedulable
     assert active_placements() == {"svc-1": 1}
+
+
+class KilledAtCall(PluginBrokenOn):
+    """The worker dies at the ``countdown``-th cluster call: before it reaches the cluster, or right
+    after it landed (``after``), before the reconciler could note it."""
+
+    countdown: int | None = None
+    after = False
+
+    def _operate(self, operation, action):
+        if KilledAtCall.countdown is not None:
+            KilledAtCall.countdown -= 1
+            if KilledAtCall.countdown == 0:
+                KilledAtCall.countdown = None
+                if KilledAtCall.after:
+                    super()._operate(operation, action)
+                raise WorkerKilled(f"worker killed at {operation}")
+        return super()._operate(operation, action)
+
+
+# Call numbers within the rollback of gpu-1 (about 25 calls): the sync as pre-warming waits, the
+# eviction, the old replica's workload deleted, the label switch, the uncordon.
+@pytest.mark.parametrize(("call", "after"), [(6, True), (14, False), (15, True), (18, True), (23, False)])
+def test_a_worker_killed_anywhere_in_a_rollback_leaves_it_resumable_to_the_same_end(settings, call, after):
+    settings.ROLLOUT_STEP_TIMEOUT_S = 30
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=2, deployments=1, cluster_class=KilledAtCall)
+    rollout = started(cluster, names=["gpu-1", "gpu-2"], on_failure=OnFailure.ROLLBACK)
+    first, second = rollout.nodes.get(batch_index=1), rollout.nodes.get(batch_index=2)
+    PluginBrokenOn.broken = {second.node_name}
+    try:
+        while not RollingUpdate.objects.get(pk=rollout.pk).message.startswith("rolling back"):
+            tick(cluster, clock)
+        KilledAtCall.countdown, KilledAtCall.after = call, after
+        with pytest.raises(WorkerKilled):
+            for _ in range(100):
+                tick(cluster, clock)
+        rollout = run(cluster, clock, rollout, check=served_and_within(cluster))
+    finally:
+        PluginBrokenOn.broken = set()
+        KilledAtCall.countdown = None
+
+    assert rollout.status == RolloutStatus.ROLLED_BACK, rollout.message
+    assert RolloutNode.objects.get(pk=first.pk).state == NodeState.ROLLED_BACK
+    assert RolloutNode.objects.get(pk=second.pk).state == NodeState.FAILED
+    for node in cluster.list_nodes():
+        assert node.labels[LABEL_DEVICE_PLUGIN_CONFIG] == MPS_2_LABEL and node.allocatable[RESOURCE_GPU] == 2
+        assert not node.unschedulable, node.name
+    assert not Node.objects.filter(cordoned=True).exists()
+    assert active_placements() == {"svc-1": 1}
+    assert AuditEvent.objects.filter(verb="rolloutnode.labels_switched", object_id=str(first.pk)).count() in (2, 3)
