@@ -4,8 +4,10 @@ Each is one move of the rollout's state machine (``rollouts.state``); the reconc
 work. Starting first runs the preview again on the cluster as it is now, and is refused when a
 workload that must move has nowhere to go any more. ``NotAllowed`` (a 409) says why when the rollout's status does not allow the action.
 Pausing stops the reconciler between steps; a node part-way changed stays as it is (cordoned,
-owned by the paused rollout) until resumed or aborted. Aborting restores every node part-way
-changed (previous labels, uncordoned) and ends the rollout ``failed``.
+owned by the paused rollout) until resumed or aborted; a rollout paused while rolling back rolls
+back on when resumed. Aborting restores every node part-way changed (previous labels, pre-warmed
+copies given up, uncordoned; a node part-way rolled back goes back to the rollout's config, which
+it was proven at) and ends the rollout ``failed``.
 """
 from __future__ import annotations
 

@@ -2,11 +2,12 @@
 
 A rollout works through its batches in order: a batch's nodes advance together (at most
 ``max_unavailable`` of them, as planned), and the next batch starts only when each of them is
-done. A node that fails is restored by its step (``rollouts.steps``); the rollout then follows
-``on_failure``: ``pause`` stops it with the reason (resuming goes on with the other nodes, the
-failed one staying failed), and so does ``rollback`` for now: undoing the nodes already changed
-(another drain of each) is not built yet, which the pause message says. A rollout whose nodes
-are all done ends ``succeeded``, or ``failed`` when some node failed.
+done. A node holding a do-not-disrupt pod is skipped with the reason (restored, untouched) and
+the others go on. A node that fails is restored by its step (``rollouts.steps``); the rollout
+then follows ``on_failure``: ``pause`` stops it with the reason (resuming goes on with the other
+nodes, the failed one staying failed); ``rollback`` takes every node it changed back to its
+previous config, the same safe way, and ends ``rolled-back`` (``rollouts.rollback``). A rollout
+whose nodes are all done ends ``succeeded``, or ``failed`` when some node failed.
 
 The state lives in the rows only, so ticks are safe to repeat, and a tick that died mid-way is
 picked up by the next one.
@@ -20,17 +21,16 @@ from typing import Any
 from django.utils import timezone
 
 from nodes.cluster.backends import get_cluster
-from nodes.cluster.base import ClusterBackend, ClusterError
+from nodes.cluster.base import ClusterBackend
 from rollouts.choices import NodeState, OnFailure, RolloutStatus
 from rollouts.models import RollingUpdate, RolloutNode
+from rollouts.rollback import advance_rollback, rolls_back
 from rollouts.state import move_rollout
-from rollouts.steps import ACTOR, IN_FLIGHT, advance_node, fail_node
+from rollouts.steps import ACTOR, IN_FLIGHT, advance_node, cordon_batch, fail_node
 
 logger = logging.getLogger(__name__)
 
 FINISHED_NODES = (NodeState.SUCCEEDED, NodeState.SKIPPED, NodeState.FAILED, NodeState.ROLLED_BACK)
-ROLLBACK_NOT_BUILT = ("on_failure=rollback: undoing the nodes already changed is not built yet, so the rollout "
-                      "is paused instead")
 
 
 def reconcile(*, cluster: ClusterBackend | None = None, now: datetime | None = None) -> dict[str, Any]:
@@ -50,41 +50,34 @@ def reconcile(*, cluster: ClusterBackend | None = None, now: datetime | None = N
 def advance_rollout(rollout: RollingUpdate, cluster: ClusterBackend, now: datetime) -> str:
     """One tick of one rollout; a word for what happened."""
     steps = list(RolloutNode.objects.filter(rollout=rollout).order_by("batch_index", "node_name"))
+    if rolls_back(rollout, steps):
+        return advance_rollback(rollout, steps, cluster, now)
     open_steps = [s for s in steps if s.state not in FINISHED_NODES]
     if not open_steps:
-        failed = sorted(s.node_name for s in steps if s.state == NodeState.FAILED)
-        if failed:
-            move_rollout(rollout, RolloutStatus.FAILED, actor=ACTOR, reason=f"finished; failed: {', '.join(failed)}")
-            return "failed"
-        move_rollout(rollout, RolloutStatus.SUCCEEDED, actor=ACTOR, reason="every node proven at the new config")
-        return "succeeded"
+        return _finish(rollout, steps)
     batch = min(s.batch_index or 0 for s in open_steps)
     in_batch = [s for s in open_steps if (s.batch_index or 0) == batch]
-    _cordon_prewarming(in_batch, cluster)
+    cordon_batch(in_batch, cluster)
     for step in in_batch:
         if advance_node(step, rollout, cluster, now):
-            _after_failure(rollout, step)
+            if rollout.on_failure == OnFailure.ROLLBACK:
+                return "node failed: rolling back"  # from the next tick on (``rolls_back``)
+            move_rollout(rollout, RolloutStatus.PAUSED, actor=ACTOR, reason=f"{step.node_name} failed: {step.reason}")
             return "node failed"
     return f"batch {batch}"
 
 
-def _cordon_prewarming(in_batch: list[RolloutNode], cluster: ClusterBackend) -> None:
-    """Cordon every node of the batch that pre-warms before any places a replica, so that none
-    places its copies on a sibling about to be drained too. A cordon that fails here is retried
-    (and failed, with the node restored) by that node's own step."""
-    for step in in_batch:
-        if step.state == NodeState.PREWARMING:
-            try:
-                cluster.cordon(step.node_name)
-            except ClusterError:
-                continue
-
-
-def _after_failure(rollout: RollingUpdate, step: RolloutNode) -> None:
-    reason = f"{step.node_name} failed: {step.reason}"
-    if rollout.on_failure == OnFailure.ROLLBACK:
-        reason = f"{reason}. {ROLLBACK_NOT_BUILT}"
-    move_rollout(rollout, RolloutStatus.PAUSED, actor=ACTOR, reason=reason)
+def _finish(rollout: RollingUpdate, steps: list[RolloutNode]) -> str:
+    failed = sorted(s.node_name for s in steps if s.state == NodeState.FAILED)
+    if failed:
+        move_rollout(rollout, RolloutStatus.FAILED, actor=ACTOR, reason=f"finished; failed: {', '.join(failed)}")
+        return "failed"
+    skipped = sorted(s.node_name for s in steps if s.state == NodeState.SKIPPED)
+    reason = "every node proven at the new config"
+    if skipped:
+        reason = f"every other node proven at the new config; skipped (see each reason): {', '.join(skipped)}"
+    move_rollout(rollout, RolloutStatus.SUCCEEDED, actor=ACTOR, reason=reason)
+    return "succeeded"
 
 
 def restore_in_flight(rollout: RollingUpdate, cluster: ClusterBackend, reason: str) -> list[str]:

@@ -26,14 +26,21 @@ ROLLOUT_FROM: dict[str, tuple[str, ...]] = {
 }
 _FINAL = (S.SUCCEEDED, S.FAILED, S.ROLLED_BACK)
 
+# A node part-way changed (cordoned, owned by its rollout until it is done).
+IN_FLIGHT = (N.PREWARMING, N.DRAINING, N.RECONFIGURING, N.VERIFYING)
 NODE_FROM: dict[str, tuple[str, ...]] = {
-    N.PREWARMING: (N.PENDING,),
+    # From succeeded: rolled back through the same steps, towards its previous config.
+    N.PREWARMING: (N.PENDING, N.SUCCEEDED),
     N.DRAINING: (N.PREWARMING,),
     N.RECONFIGURING: (N.DRAINING,),
     N.VERIFYING: (N.RECONFIGURING,),
     N.SUCCEEDED: (N.VERIFYING,),
-    N.FAILED: (N.PREWARMING, N.DRAINING, N.RECONFIGURING, N.VERIFYING),
-    N.ROLLED_BACK: (N.FAILED, N.SUCCEEDED),
+    N.FAILED: IN_FLIGHT,
+    # Not started when its rollout rolls back, or found holding a do-not-disrupt pod before
+    # anything on it changed.
+    N.SKIPPED: (N.PENDING, N.PREWARMING, N.DRAINING),
+    # Proven back at its previous config (verifying), or stopped part-way and restored.
+    N.ROLLED_BACK: (N.FAILED, N.SUCCEEDED, *IN_FLIGHT),
 }
 
 

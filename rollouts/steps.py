@@ -14,8 +14,18 @@ Every step is re-entrant: what it has done is persisted in ``RolloutNode.progres
 moves on (replicas pre-warmed, the labels found before the switch), and each cluster call is
 idempotent (cordon, label merge, evicting what is still there), so a reconciler that dies
 mid-step redoes at most the cluster call it was making. A step that fails or outlives
-``ROLLOUT_STEP_TIMEOUT_S`` restores the node (``restore``): its previous labels, the plugin
-restarted on them, uncordoned; the node is then failed.
+``ROLLOUT_STEP_TIMEOUT_S`` restores the node (``rollouts.restoring``): its previous labels, the
+plugin restarted on them, the pre-warmed copies given up again where the node kept its replicas,
+uncordoned; the node is then failed.
+
+A pod marked do-not-disrupt (annotation or label ``gpuplane.io/do-not-disrupt=true``) on the node,
+found as pre-warming starts or before any eviction, skips the node: it is restored the same way
+(nothing on it was changed) and ``skipped`` with the reason, and the rollout goes on without it.
+
+Rolling back (``rolling_back``: ``progress["rollback"]``) is the same steps towards the node's
+``previous_config`` instead of the rollout's config, ending ``rolled-back`` instead of
+``succeeded``; a rollback that fails restores the node to the labels it had before the rollback's
+switch (the rollout's config, proven earlier) and fails it.
 """
 from __future__ import annotations
 
@@ -25,7 +35,7 @@ from typing import Any
 from django.conf import settings
 
 from lifecycle.audit import record
-from nodes.cluster.base import ClusterBackend, ClusterError, ClusterNode, EvictionBlocked, NotFound
+from nodes.cluster.base import ClusterBackend, ClusterError, ClusterNode, ClusterPod, EvictionBlocked, NotFound
 from nodes.contract import (
     ANNOTATION_DO_NOT_DISRUPT,
     LABEL_DEVICE_PLUGIN_CONFIG,
@@ -40,15 +50,14 @@ from nodes.sharing.node_config import NodeConfig, node_labels
 from nodes.vocabulary import SharingMode
 from rollouts.choices import NodeState
 from rollouts.models import RollingUpdate, RolloutNode
-from rollouts.state import move_node
-from scheduler.choices import PlacementStatus
+from rollouts.restoring import ACTIVE_PLACEMENTS, ACTOR, fail_node, skip_node
+from rollouts.state import IN_FLIGHT, move_node
 from scheduler.models import Placement
 from scheduler.services.errors import NoCapacity
 from scheduler.services.placing import next_replica_index, place_replicas, release_replica
 
-ACTOR = "system:rollouts"
-ACTIVE_PLACEMENTS = (PlacementStatus.RESERVED, PlacementStatus.BINDING, PlacementStatus.RUNNING)
-IN_FLIGHT = (NodeState.PREWARMING, NodeState.DRAINING, NodeState.RECONFIGURING, NodeState.VERIFYING)
+__all__ = ["ACTOR", "IN_FLIGHT", "advance_node", "cordon_batch", "fail_node", "rolling_back", "skip_node"]
+
 MIG_STATE_SUCCESS = "success"
 MIG_STATE_FAILED = "failed"
 
@@ -56,15 +65,27 @@ POD_EVICTED = "rolloutnode.pod_evicted"
 EVICTION_BLOCKED = "rolloutnode.eviction_blocked"
 REPLICA_PREWARMED = "rolloutnode.replica_prewarmed"
 LABELS_SWITCHED = "rolloutnode.labels_switched"
-NODE_RESTORED = "rolloutnode.restored"
+# progress key: this pass takes the node back to its previous_config.
+ROLLBACK = "rollback"
 
 
 class StepFailed(Exception):
     """The node cannot be changed now; the message says why (it becomes the node's reason)."""
 
 
+class StepSkipped(Exception):
+    """The node must be left as it is (a do-not-disrupt pod on it); the message says why."""
+
+
+def rolling_back(step: RolloutNode) -> bool:
+    """True when ``step`` is being taken back to its previous config (not towards the rollout's)."""
+    return bool(step.progress.get(ROLLBACK))
+
+
 def advance_node(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend, now: datetime) -> bool:
-    """Do the next piece of ``step``'s work; True when the node failed (and was restored) in this call."""
+    """Do the next piece of ``step``'s work; True when the node failed (and was restored) in this call.
+
+    A node skipped in this call (a do-not-disrupt pod) is restored too, but is no failure."""
     try:
         if step.node_id is None:
             raise StepFailed("the node left the inventory")
@@ -83,43 +104,33 @@ def advance_node(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBack
             _reconfigure(step, rollout, cluster, now)
         elif step.state == NodeState.VERIFYING:
             _verify(step, rollout, cluster)
+    except StepSkipped as why:
+        skip_node(step, cluster, str(why))
     except (StepFailed, ClusterError) as error:
-        fail_node(step, cluster, str(error))
+        reason = f"rolling back: {error}; left at the rollout's config" if rolling_back(step) else str(error)
+        fail_node(step, cluster, reason)
         return True
     return False
 
 
-def fail_node(step: RolloutNode, cluster: ClusterBackend, reason: str) -> None:
-    """Restore the node (best effort: what could not be undone is added to the reason), then fail it."""
-    problems = restore(step, cluster)
-    if problems:
-        reason = f"{reason}; restoring it: {'; '.join(problems)}"
-    move_node(step, NodeState.FAILED, actor=ACTOR, reason=reason)
-
-
-def restore(step: RolloutNode, cluster: ClusterBackend) -> list[str]:
-    """Put the labels found before the switch back, restart the plugin on them, uncordon; the problems met."""
-    problems: list[str] = []
-    previous = step.progress.get("previous_labels")
-    if previous is not None:
-        try:
-            cluster.set_node_labels(step.node_name, previous)
-            cluster.restart_device_plugin(step.node_name)
-        except ClusterError as error:
-            problems.append(str(error))
-    try:
-        cluster.uncordon(step.node_name)
-    except ClusterError as error:
-        problems.append(str(error))
-    record(NODE_RESTORED, step, actor=ACTOR, reason="previous labels restored, node uncordoned",
-           after={"labels": previous, "problems": problems})
-    return problems
+def cordon_batch(in_batch: list[RolloutNode], cluster: ClusterBackend) -> None:
+    """Cordon every node of the batch that pre-warms before any places a replica, so that none
+    places its copies on a sibling about to be drained too. A cordon that fails here is retried
+    (and failed, with the node restored) by that node's own step."""
+    for step in in_batch:
+        if step.state == NodeState.PREWARMING:
+            try:
+                cluster.cordon(step.node_name)
+            except ClusterError:
+                continue
 
 
 # ---- the steps ---------------------------------------------------------------------------------
 
 
 def _prewarm(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
+    # Before a copy is placed: a node that must be skipped then has nothing to give back.
+    _check_disruptable(step, _pods_on(step, cluster))
     cluster.cordon(step.node_name)
     sync_inventory(cluster)  # the placement engine reads the cordon from the inventory
     prewarmed: dict[str, int] = dict(step.progress.get("prewarmed", {}))
@@ -153,11 +164,9 @@ def _prewarm(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
 def _drain(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
     if step.retry_at is not None and now < step.retry_at:
         return
-    pods = [p for p in cluster.list_gpu_pods() if p.node_name == step.node_name and p.owner_kind != "DaemonSet"]
-    # Checked before evicting anything: gpuplane never evicts such a pod, so the node cannot be drained.
-    blockers = sorted(p.key for p in pods if str(p.annotations.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower() == "true")
-    if blockers:
-        raise StepFailed(f"holds do-not-disrupt pod {', '.join(blockers)}: gpuplane never evicts it")
+    pods = _pods_on(step, cluster)
+    # Checked before evicting anything (such a pod may have arrived since pre-warming began).
+    _check_disruptable(step, pods)
     for pod in pods:
         try:
             cluster.evict_pod(pod.namespace, pod.name)
@@ -175,7 +184,7 @@ def _drain(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
     for old in _replicas_on(step):
         release_replica(old.deployment, old.replica_index, user=ACTOR, cluster=cluster,
                         reason=f"moved off {step.node_name} for rollout {step.rollout_id}")
-    left = [p.key for p in cluster.list_gpu_pods() if p.node_name == step.node_name and p.owner_kind != "DaemonSet"]
+    left = [p.key for p in _pods_on(step, cluster)]
     if left:
         _note(step, f"waiting for {', '.join(left)} to leave")
         return
@@ -185,7 +194,7 @@ def _drain(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
 
 def _reconfigure(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend, now: datetime) -> None:
     node = _cluster_node(cluster, step.node_name)
-    target = _target(rollout)
+    target = _target(step, rollout)
     labels = node_labels(target, mig_capable=node.labels.get(LABEL_MIG_CAPABLE) == "true")
     if "previous_labels" not in step.progress:
         # Saved before the switch: a restore puts back exactly what was there (None: absent).
@@ -200,7 +209,7 @@ def _reconfigure(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBack
 
 
 def _verify(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) -> None:
-    target = _target(rollout)
+    target = _target(step, rollout)
     sync_inventory(cluster)
     node = _cluster_node(cluster, step.node_name)
     if target.mode == SharingMode.MIG or LABEL_MIG_CONFIG_STATE in node.labels:
@@ -214,6 +223,11 @@ def _verify(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) 
         return
     cluster.uncordon(step.node_name)
     sync_inventory(cluster)
+    if rolling_back(step):
+        move_node(step, NodeState.ROLLED_BACK, actor=ACTOR,
+                  reason=f"rolled back: proven at its previous config {target.describe()} (GFD labels, allocatable), "
+                         "uncordoned")
+        return
     move_node(step, NodeState.SUCCEEDED, actor=ACTOR,
               reason=f"proven at {target.describe()} (GFD labels, allocatable), uncordoned")
 
@@ -221,9 +235,28 @@ def _verify(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) 
 # ---- helpers -----------------------------------------------------------------------------------
 
 
-def _target(rollout: RollingUpdate) -> NodeConfig:
-    config = rollout.config
+def _target(step: RolloutNode, rollout: RollingUpdate) -> NodeConfig:
+    """The rollout's config, or the node's previous one while rolling it back."""
+    config = step.previous_config if rolling_back(step) else rollout.config
+    if not config:
+        raise StepFailed("its previous config was not recorded, so it cannot be rolled back")
     return NodeConfig.of(config["mode"], config.get("replicas"), config.get("mig_layout"))
+
+
+def _pods_on(step: RolloutNode, cluster: ClusterBackend) -> list[ClusterPod]:
+    """The node's GPU pods a drain evicts (DaemonSet pods stay)."""
+    return [p for p in cluster.list_gpu_pods() if p.node_name == step.node_name and p.owner_kind != "DaemonSet"]
+
+
+def _check_disruptable(step: RolloutNode, pods: list[ClusterPod]) -> None:
+    """StepSkipped when a pod on the node is marked do-not-disrupt (an annotation, or the label a
+    gpuplane deployment's labels give its pods): gpuplane never evicts it, so the node stays as it is."""
+    blockers = sorted(p.key for p in pods if "true" in (str(p.annotations.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower(),
+                                                         str(p.labels.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower()))
+    if blockers:
+        left = "left at the rollout's config" if rolling_back(step) else "nothing on it was changed"
+        raise StepSkipped(f"holds do-not-disrupt pod {', '.join(blockers)}: gpuplane never evicts it, so the "
+                          f"node is skipped ({left})")
 
 
 def _allocatable_matches(node: ClusterNode, target: NodeConfig) -> bool:

@@ -1,14 +1,12 @@
-"""The reconciler on the simulated cluster: a rolling MPS update that never leaves a workload
-unserved, an eviction refused (429) for a while, and a device plugin that never reports."""
+"""The reconciler on the simulated cluster: rolling MPS, time-slicing and MIG updates that never leave
+a workload unserved, and a reconciler killed mid-step that resumes. The faults are in test_faults."""
 from __future__ import annotations
 
 import pytest
 
 from lifecycle.models import AuditEvent
-from nodes.cluster.base import EvictionBlocked
 from nodes.cluster.sim import SimulatedCluster
 from nodes.contract import (
-    ANNOTATION_DO_NOT_DISRUPT,
     LABEL_DEVICE_PLUGIN_CONFIG,
     LABEL_GPU_REPLICAS,
     LABEL_MIG_CONFIG_STATE,
@@ -17,36 +15,28 @@ from nodes.contract import (
 )
 from nodes.models import Node
 from nodes.node_configs import applied_config
-from nodes.sharing.node_config import NodeConfig, render_device_plugin_config, render_mig_parted_entries
-from nodes.vocabulary import SharingMode
+from nodes.sharing.node_config import render_device_plugin_config
 from rollouts import steps
 from rollouts.choices import NodeState, RolloutStatus
 from rollouts.control import act
-from rollouts.creating import create_rollout, validate_request
-from rollouts.models import RollingUpdate
 from scheduler.models import Deployment, Placement
-from tests.rollouts.simulated import EXCLUSIVE, MPS_2, MPS_4, TIMESLICE_4, mps_cluster, ready_replicas, tick
+from tests.rollouts.simulated import (
+    EXCLUSIVE,
+    MIG_2X3G,
+    MPS_2,
+    MPS_4,
+    TIMESLICE_4,
+    PluginNeverReports,
+    mig_ready,
+    mps_cluster,
+    ready_replicas,
+    run,
+    started,
+    tick,
+)
 from tests.scheduler.inventory import FakeClock
 
 pytestmark = pytest.mark.django_db
-
-NODES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")
-
-
-def started(cluster: SimulatedCluster, names=NODES, config=MPS_4, max_unavailable=1, **options) -> RollingUpdate:
-    request = validate_request("update", list(names), config.as_dict(), max_unavailable=max_unavailable, **options)
-    return act(create_rollout(request), "start", cluster=cluster)
-
-
-def run(cluster, clock, rollout, *, ticks=200, check=None) -> RollingUpdate:
-    for _ in range(ticks):
-        tick(cluster, clock)
-        if check is not None:
-            check()
-        rollout.refresh_from_db()
-        if rollout.status != RolloutStatus.RUNNING:
-            break
-    return rollout
 
 
 def test_a_rolling_mps_update_proves_every_node_and_never_leaves_a_workload_unserved(settings):
@@ -87,76 +77,6 @@ def test_a_rolling_mps_update_proves_every_node_and_never_leaves_a_workload_unse
     starts = list(AuditEvent.objects.filter(verb="rolloutnode.prewarming").order_by("pk").values_list("pk", flat=True))
     ends = list(AuditEvent.objects.filter(verb="rolloutnode.succeeded").order_by("pk").values_list("pk", flat=True))
     assert all(end < start for end, start in zip(ends, starts[1:], strict=False))
-
-
-class EvictionRefusedTwice(SimulatedCluster):
-    """A PodDisruptionBudget answers 429 to the first two evictions."""
-
-    refusals = 2
-    calls: list[float] = []
-
-    def evict_pod(self, namespace: str, name: str) -> None:
-        EvictionRefusedTwice.calls.append(self._now())
-        if EvictionRefusedTwice.refusals:
-            EvictionRefusedTwice.refusals -= 1
-            raise EvictionBlocked("Cannot evict pod as it would violate the pod's disruption budget.")
-        super().evict_pod(namespace, name)
-
-
-def test_an_eviction_refused_with_429_is_backed_off_and_retried_until_it_succeeds(settings):
-    settings.ROLLOUT_EVICTION_BACKOFF_S = 5
-    clock = FakeClock()
-    cluster = mps_cluster(clock, node_count=2, deployments=1, cluster_class=EvictionRefusedTwice)
-    busy = Node.objects.get(placements__isnull=False).name
-    rollout = started(cluster, names=[busy])
-
-    rollout = run(cluster, clock, rollout)
-
-    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
-    blocked = AuditEvent.objects.filter(verb="rolloutnode.eviction_blocked").order_by("at")
-    assert blocked.count() == 2
-    assert AuditEvent.objects.filter(verb="rolloutnode.pod_evicted").count() == 1
-    # Backed off: each retry came no sooner than the back-off after the refusal (ticks are 1 s apart).
-    calls = EvictionRefusedTwice.calls
-    assert len(calls) == 3
-    assert all(later - earlier >= 5 for earlier, later in zip(calls, calls[1:], strict=False))
-    assert min(ready_replicas(cluster).values()) == 1
-
-
-class PluginNeverReports(SimulatedCluster):
-    """The device plugin pod restarts but never picks up a new config (its labels stay as they were)."""
-
-    def restart_device_plugin(self, node: str) -> None:
-        return None
-
-
-def test_a_plugin_that_never_reports_times_out_restores_the_label_uncordons_and_pauses(settings):
-    settings.ROLLOUT_STEP_TIMEOUT_S = 30
-    clock = FakeClock()
-    cluster = mps_cluster(clock, node_count=2, deployments=1, cluster_class=PluginNeverReports)
-    rollout = started(cluster, names=["gpu-1", "gpu-2"])
-
-    rollout = run(cluster, clock, rollout)
-
-    assert rollout.status == RolloutStatus.PAUSED
-    failed = rollout.nodes.get(state=NodeState.FAILED)
-    assert "took longer than 30 s" in failed.reason
-    assert failed.node_name in rollout.message
-    node = next(n for n in cluster.list_nodes() if n.name == failed.node_name)
-    assert node.labels[LABEL_DEVICE_PLUGIN_CONFIG] == render_device_plugin_config(MPS_2)[0]  # restored
-    assert not node.unschedulable
-    assert rollout.nodes.filter(state=NodeState.PENDING).count() == 1  # the other waits for resume
-    assert AuditEvent.objects.filter(verb="rolloutnode.restored", object_id=str(failed.pk)).exists()
-    assert min(ready_replicas(cluster).values()) == 1
-
-    # Resumed, the other node goes on (and meets the same plugin); the failed one stays failed.
-    rollout = run(cluster, clock, act(rollout, "resume", cluster=cluster))
-    assert rollout.status == RolloutStatus.PAUSED
-    assert rollout.nodes.filter(state=NodeState.FAILED).count() == 2
-    rollout = run(cluster, clock, act(rollout, "resume", cluster=cluster))
-    assert rollout.status == RolloutStatus.FAILED
-    assert rollout.message == "finished; failed: gpu-1, gpu-2"
-    assert not any(n.unschedulable for n in cluster.list_nodes())
 
 
 class WorkerKilled(BaseException):
@@ -281,16 +201,6 @@ def test_a_batch_of_two_never_pre_warms_onto_a_node_of_the_same_batch(settings):
         assert batches[destination] != step.batch_index, f"{event.reason}: onto a node of its own batch"
 
 
-MIG_2X3G = NodeConfig.of(SharingMode.MIG, None, {"3g.40gb": 2})
-
-
-def mig_ready(cluster: SimulatedCluster, mig_entries=None) -> None:
-    cluster.set_device_plugin_config(*render_device_plugin_config(MIG_2X3G))
-    name, entries = render_mig_parted_entries(MIG_2X3G)
-    cluster.set_mig_config(name, mig_entries or entries)
-    cluster.set_mig_config(*render_mig_parted_entries(EXCLUSIVE))
-
-
 def test_a_mig_layout_change_is_proven_by_mig_config_state_and_the_mig_resources():
     clock = FakeClock()
     cluster = mps_cluster(clock, node_count=3, deployments=2, start=EXCLUSIVE, sharing="auto", share_percent=None)
@@ -308,42 +218,6 @@ def test_a_mig_layout_change_is_proven_by_mig_config_state_and_the_mig_resources
             assert node.labels[LABEL_MIG_CONFIG_STATE] == "success"
             assert node.allocatable.get("nvidia.com/mig-3g.40gb") == 2
     assert applied_config(Node.objects.get(name="gpu-1")) == MIG_2X3G
-
-
-def test_a_mig_manager_that_fails_restores_the_node_and_pauses():
-    clock = FakeClock()
-    cluster = mps_cluster(clock, node_count=2, deployments=1, start=EXCLUSIVE, sharing="auto", share_percent=None)
-    # The named layout cannot fit an H100 (eight 3g instances): the MIG manager reports failed.
-    mig_ready(cluster, [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 8}}])
-    rollout = started(cluster, names=["gpu-1"], config=MIG_2X3G)
-
-    rollout = run(cluster, clock, rollout)
-
-    assert rollout.status == RolloutStatus.PAUSED
-    step = rollout.nodes.get()
-    assert step.state == NodeState.FAILED and "mig.config.state=failed" in step.reason
-    node = next(n for n in cluster.list_nodes() if n.name == "gpu-1")
-    assert node.labels[LABEL_DEVICE_PLUGIN_CONFIG] == render_device_plugin_config(EXCLUSIVE)[0]
-    assert not node.unschedulable
-
-
-def test_a_do_not_disrupt_pod_found_while_draining_blocks_the_node_and_nothing_is_evicted():
-    clock = FakeClock()
-    cluster = mps_cluster(clock, node_count=2, deployments=0)
-    # Arrived after the rollout was planned (the planner would have skipped the node).
-    rollout = started(cluster, names=["gpu-1"])
-    cluster.run_pod("batch", "train-0", "gpu-1", resources={RESOURCE_GPU: 1}, gpus=[0],
-                    annotations={ANNOTATION_DO_NOT_DISRUPT: "true"})
-
-    rollout = run(cluster, clock, rollout)
-
-    assert rollout.status == RolloutStatus.PAUSED
-    step = rollout.nodes.get()
-    assert step.state == NodeState.FAILED
-    assert "do-not-disrupt pod batch/train-0" in step.reason
-    assert "batch/train-0" in {pod.key for pod in cluster.list_gpu_pods()}
-    assert not AuditEvent.objects.filter(verb="rolloutnode.pod_evicted").exists()
-    assert not next(n for n in cluster.list_nodes() if n.name == "gpu-1").unschedulable
 
 
 def test_an_error_in_one_rollout_does_not_stall_the_others(monkeypatch):

@@ -69,4 +69,16 @@ def test_unknown_states_are_a_programming_error(rollout):
     with pytest.raises(IllegalTransition):
         move_rollout(rollout, RolloutStatus.PENDING)
     with pytest.raises(IllegalTransition):
-        move_node(rollout.nodes.first(), NodeState.SKIPPED)
+        move_node(rollout.nodes.first(), NodeState.PENDING)
+
+
+def test_a_succeeded_node_is_rolled_back_through_the_same_steps_and_a_pending_one_skipped(rollout):
+    step = rollout.nodes.get(node_name="gpu-a")
+    for state in (NodeState.PREWARMING, NodeState.DRAINING, NodeState.RECONFIGURING, NodeState.VERIFYING,
+                  NodeState.SUCCEEDED, NodeState.PREWARMING, NodeState.DRAINING, NodeState.RECONFIGURING,
+                  NodeState.VERIFYING, NodeState.ROLLED_BACK):
+        assert move_node(step, state), state
+    assert not move_node(step, NodeState.PREWARMING)  # rolled back is final
+    other = rollout.nodes.get(node_name="gpu-b")
+    assert move_node(other, NodeState.SKIPPED, reason="not started")
+    assert not move_node(other, NodeState.PREWARMING)  # skipped is final
