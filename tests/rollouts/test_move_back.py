@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lifecycle.models import AuditEvent
+from nodes.cluster.sim import SimulatedCluster
 from nodes.models import Node
 from rollouts import move_back
 from rollouts.choices import NodeState, RolloutStatus
@@ -126,3 +127,34 @@ def test_a_tick_killed_right_after_placing_back_adopts_that_replica(monkeypatch)
     # The original, its copy elsewhere, and one replica back home: never a second one placed back.
     assert deployment.placements.count() == 3
     assert list(ready_replicas(cluster).values()) == [1]
+
+
+class NeverReadyOnHome(SimulatedCluster):
+    """A replica placed on ``home`` never becomes ready (the node takes it but it never serves)."""
+
+    home = ""
+
+    def workload_ready(self, namespace: str, name: str) -> bool:
+        placement = Placement.objects.filter(workload_name=name).select_related("node").order_by("-pk").first()
+        if placement is not None and placement.node is not None and placement.node.name == NeverReadyOnHome.home:
+            return False
+        return super().workload_ready(namespace, name)
+
+
+def test_a_replica_not_ready_back_home_in_time_is_released_and_the_copy_keeps_serving(settings):
+    settings.ROLLOUT_STEP_TIMEOUT_S = 20
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=3, deployments=1, cluster_class=NeverReadyOnHome)
+    home = Placement.objects.get().node.name
+    NeverReadyOnHome.home = home
+    rollout = started(cluster, names=[home], move_back=True)
+
+    rollout = run(cluster, clock, rollout, check=every_workload_served(cluster))
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    step = rollout.nodes.get()
+    assert "1 stayed elsewhere" in step.reason and "not ready in time" in step.reason
+    nodes = active_nodes(Deployment.objects.get())
+    assert len(nodes) == 1 and home not in nodes  # the copy serves; the replica back home was released
+    placed_back = AuditEvent.objects.get(verb=move_back.REPLICA_PLACED_BACK)
+    assert Placement.objects.get(pk=placed_back.after["new_placement"]).status == PlacementStatus.RELEASED
