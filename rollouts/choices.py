@@ -28,6 +28,7 @@ class NodeState(LabelledStrEnum):
     DRAINING = "draining", "Draining"
     RECONFIGURING = "reconfiguring", "Reconfiguring"
     VERIFYING = "verifying", "Verifying the new config"
+    MOVING_BACK = "moving-back", "Moving its workloads back (proven, uncordoned)"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     ROLLED_BACK = "rolled-back", "Rolled back"

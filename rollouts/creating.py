@@ -9,7 +9,7 @@ is ``pending`` with one ``RolloutNode`` per target: ``skipped`` with the planner
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,8 @@ from nodes.sharing.node_config import InvalidNodeConfig, NodeConfig
 from rollouts.choices import NodeState, OnFailure, RolloutStatus, RolloutStrategy
 from rollouts.models import RollingUpdate, RolloutNode
 from rollouts.preview import Preview, preview
+from rollouts.windows import InvalidWindow, parse_window
+from scheduler.core.maintenance_window import MaintenanceWindow
 
 ROLLOUT_CREATED = "rollingupdate.created"
 
@@ -48,16 +50,27 @@ class RolloutRequest:
     strategy: str = RolloutStrategy.ROLLING
     max_unavailable: int = 1
     on_failure: str = OnFailure.PAUSE
+    maintenance_window: MaintenanceWindow | None = None
+    move_back: bool = False
 
     def preview(self) -> Preview:
-        return preview(self.nodes, self.config, strategy=self.strategy, max_unavailable=self.max_unavailable)
+        return preview(self.nodes, self.config, strategy=self.strategy, max_unavailable=self.max_unavailable,
+                       maintenance_window=self.maintenance_window, move_back=self.move_back)
 
 
 def validate_request(name: str, node_names: Sequence[str], config: Any, *, strategy: str = RolloutStrategy.ROLLING,
-                     max_unavailable: int = 1, on_failure: str = OnFailure.PAUSE) -> RolloutRequest:
+                     max_unavailable: int = 1, on_failure: str = OnFailure.PAUSE,
+                     maintenance_window: Mapping[str, Any] | None = None, move_back: bool = False) -> RolloutRequest:
     """The request as values, checked against the database: every node exists, and ``config``
-    (the API shape) is valid for each node's GPU model."""
+    (the API shape) is valid for each node's GPU model; ``maintenance_window`` (``{cron,
+    duration_minutes, timezone}``, None: any time) is a window ``rollouts.windows`` can read."""
     errors: dict[str, Any] = {}
+    window: MaintenanceWindow | None = None
+    if maintenance_window is not None:
+        try:
+            window = parse_window(maintenance_window)
+        except InvalidWindow as error:
+            errors["maintenance_window"] = error.errors
     if not node_names:
         errors["nodes"] = ["Name at least one node."]
     duplicates = sorted(name for name, count in Counter(node_names).items() if count > 1)
@@ -85,7 +98,7 @@ def validate_request(name: str, node_names: Sequence[str], config: Any, *, strat
     if errors:
         raise InvalidRollout(errors)
     assert parsed is not None  # at least one node, all known: the loop ran
-    return RolloutRequest(name, tuple(node_names), parsed, strategy, max_unavailable, on_failure)
+    return RolloutRequest(name, tuple(node_names), parsed, strategy, max_unavailable, on_failure, window, move_back)
 
 
 def create_rollout(request: RolloutRequest, *, actor: Any = None) -> RollingUpdate:
@@ -100,6 +113,8 @@ def create_rollout(request: RolloutRequest, *, actor: Any = None) -> RollingUpda
         rollout = RollingUpdate.objects.create(
             name=request.name, config=request.config.as_dict(), strategy=request.strategy,
             max_unavailable=request.max_unavailable, on_failure=request.on_failure,
+            maintenance_window=request.maintenance_window.as_dict() if request.maintenance_window else None,
+            move_back=request.move_back,
             status=RolloutStatus.PENDING, plan=shown.as_dict(),
             created_by=actor if getattr(actor, "is_authenticated", False) else None,
         )

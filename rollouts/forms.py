@@ -22,6 +22,8 @@ from rollouts.models import RollingUpdate
 
 # Where the API's nested config errors go on this flat form.
 CONFIG_FIELDS = ("mode", "replicas", "mig_layout")
+# The maintenance window's keys -> this form's fields.
+WINDOW_FIELDS = {"cron": "window_cron", "duration_minutes": "window_duration_minutes", "timezone": "window_timezone"}
 
 
 class RolloutFilterSet(django_filters.FilterSet):
@@ -67,6 +69,13 @@ class RolloutForm(forms.Form):
     max_unavailable = forms.IntegerField(min_value=1, max_value=MAX_UNAVAILABLE, initial=1,
                                          help_text="Nodes out of service at once (rolling).")
     on_failure = forms.ChoiceField(label="On failure", choices=OnFailure.choices(), initial=OnFailure.PAUSE)
+    move_back = forms.BooleanField(label="Move workloads back", required=False,
+                                   help_text="Once a node is proven, move the workloads that left it back onto it.")
+    window_cron = forms.CharField(label="Maintenance window opens (cron)", required=False, max_length=200,
+                                  help_text="Five crontab fields, e.g. 0 2 * * SAT; empty: any time.")
+    window_duration_minutes = forms.IntegerField(label="Open for (minutes)", required=False, min_value=1)
+    window_timezone = forms.CharField(label="Time zone", required=False, max_length=64, initial="UTC",
+                                      help_text="IANA name, e.g. Europe/Berlin.")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -83,7 +92,16 @@ class RolloutForm(forms.Form):
             "name": data["name"], "nodes": list(data["nodes"]),
             "config": {"mode": data["mode"], "replicas": data.get("replicas"), "mig_layout": data.get("mig_layout")},
             "strategy": data["strategy"], "max_unavailable": data["max_unavailable"], "on_failure": data["on_failure"],
+            "maintenance_window": self._window_body(), "move_back": bool(data.get("move_back")),
         }
+
+    def _window_body(self) -> dict[str, Any] | None:
+        """The window's three fields as the API's object; None when all are left empty (any time)."""
+        data = self.cleaned_data
+        if not data.get("window_cron") and data.get("window_duration_minutes") is None:
+            return None
+        return {"cron": data.get("window_cron") or "", "duration_minutes": data.get("window_duration_minutes"),
+                "timezone": data.get("window_timezone") or ""}
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -104,5 +122,8 @@ class RolloutForm(forms.Form):
             if key == "config" and isinstance(detail, dict):
                 for sub, messages in detail.items():
                     self.add_error(sub if sub in CONFIG_FIELDS else None, flatten(messages))
+            elif key == "maintenance_window" and isinstance(detail, dict):
+                for sub, messages in detail.items():
+                    self.add_error(WINDOW_FIELDS.get(sub), flatten(messages))
             else:
                 self.add_error(key if key in self.fields else None, flatten(detail))

@@ -18,6 +18,10 @@ class RollingUpdate(models.Model):
     strategy = models.CharField(max_length=16, choices=RolloutStrategy.choices, default=RolloutStrategy.ROLLING)
     max_unavailable = models.PositiveSmallIntegerField(default=1)
     on_failure = models.CharField(max_length=16, choices=OnFailure.choices, default=OnFailure.PAUSE)
+    maintenance_window = models.JSONField(
+        null=True, blank=True,
+        help_text="When a node's change may start: {cron, duration_minutes, timezone} (rollouts.windows); null: any time")
+    move_back = models.BooleanField(default=False, help_text="Move the workloads back onto each node once it is proven")
     status = models.CharField(max_length=16, choices=RolloutStatus.choices, default=RolloutStatus.PENDING)
     message = models.TextField(blank=True, help_text="Why it paused or failed, or the latest status change")
     plan = models.JSONField(default=dict, blank=True, help_text="The preview it was created from")

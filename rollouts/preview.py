@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Sum
+from django.utils import timezone
 
 from nodes.contract import ANNOTATION_DO_NOT_DISRUPT
 from nodes.models import Node
@@ -29,6 +30,7 @@ from rollouts.choices import ACTIVE_STATUSES, RolloutStrategy
 from rollouts.models import RolloutNode
 from scheduler.choices import PlacementStatus
 from scheduler.core import rollout as planner
+from scheduler.core.maintenance_window import MaintenanceWindow, window_state
 from scheduler.models import Placement
 
 PLACER = "best fit on free milli-GPUs (the rollout planner's default; the placement engine is not consulted)"
@@ -40,6 +42,8 @@ class Preview:
     plan: planner.RolloutPlan
     strategy: str
     blockers: tuple[str, ...]
+    maintenance_window: MaintenanceWindow | None = None
+    move_back: bool = False
 
     @property
     def safe(self) -> bool:
@@ -52,6 +56,8 @@ class Preview:
             "config": target,
             "strategy": self.strategy,
             "max_unavailable": plan.max_unavailable,
+            "maintenance_window": _window(self.maintenance_window),
+            "move_back": self.move_back,
             "placer": PLACER,
             "feasible": self.safe,
             "blockers": list(self.blockers),
@@ -108,9 +114,11 @@ def owned_elsewhere(node_names: Sequence[str], *, exclude: int | None = None) ->
 
 
 def preview(node_names: Sequence[str], config: NodeConfig, *, strategy: str = RolloutStrategy.ROLLING,
-            max_unavailable: int = 1, rollout_id: int | None = None) -> Preview:
+            max_unavailable: int = 1, rollout_id: int | None = None,
+            maintenance_window: MaintenanceWindow | None = None, move_back: bool = False) -> Preview:
     """Plan changing ``node_names`` (known nodes, validated by the caller) to ``config``; ``rollout_id``:
-    the stored rollout being re-checked (its own nodes are not "owned elsewhere")."""
+    the stored rollout being re-checked (its own nodes are not "owned elsewhere"). A closed
+    ``maintenance_window`` blocks nothing: the rollout waits for it (shown with the plan)."""
     # Blue-green drains the whole pool in one step, once its workloads run outside it.
     width = max(1, len(node_names)) if strategy == RolloutStrategy.BLUE_GREEN else max_unavailable
     plan = planner.plan_rollout(cluster_for_planning(), node_names, config, width)
@@ -121,7 +129,7 @@ def preview(node_names: Sequence[str], config: NodeConfig, *, strategy: str = Ro
         blockers.append(f"{name} is already in active rollout {owner}")
     if not plan.batches:
         blockers.append("no target node needs changing (each is skipped, see skipped)")
-    return Preview(plan, str(strategy), tuple(blockers))
+    return Preview(plan, str(strategy), tuple(blockers), maintenance_window, move_back)
 
 
 def _batch(batch: planner.Batch) -> dict[str, Any]:
@@ -136,6 +144,16 @@ def _batch(batch: planner.Batch) -> dict[str, Any]:
             for step in batch.steps for m in step.moves
         ],
     }
+
+
+def _window(window: MaintenanceWindow | None) -> dict[str, Any] | None:
+    """The window with its state now: open (until when) or when it next opens, in its zone."""
+    if window is None:
+        return None
+    state = window_state(window, timezone.now())
+    return {**window.as_dict(), "open_now": state.open,
+            "closes_at": state.closes_at.isoformat() if state.closes_at else None,
+            "next_opens_at": state.next_opens_at.isoformat() if state.next_opens_at else None}
 
 
 def _refusal(refusal: planner.Refusal) -> dict[str, str]:

@@ -22,11 +22,14 @@ from django.utils import timezone
 
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend
-from rollouts.choices import NodeState, OnFailure, RolloutStatus
+from rollouts.blue_green import hold_for_pool
+from rollouts.choices import NodeState, OnFailure, RolloutStatus, RolloutStrategy
 from rollouts.models import RollingUpdate, RolloutNode
+from rollouts.move_back import advance_move_back
 from rollouts.rollback import advance_rollback, rolls_back
 from rollouts.state import move_rollout
 from rollouts.steps import ACTOR, IN_FLIGHT, advance_node, cordon_batch, fail_node
+from rollouts.windows import hold_outside_window
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +61,14 @@ def advance_rollout(rollout: RollingUpdate, cluster: ClusterBackend, now: dateti
     batch = min(s.batch_index or 0 for s in open_steps)
     in_batch = [s for s in open_steps if (s.batch_index or 0) == batch]
     cordon_batch(in_batch, cluster)
-    for step in in_batch:
-        if advance_node(step, rollout, cluster, now):
+    # Which nodes may move on this tick: the maintenance window and blue-green's phases decide.
+    runnable = hold_outside_window(rollout, in_batch, now)
+    if rollout.strategy == RolloutStrategy.BLUE_GREEN:
+        runnable = hold_for_pool(runnable, in_batch, now)
+    for step in runnable:
+        if step.state == NodeState.MOVING_BACK:
+            advance_move_back(step, cluster, now)  # never fails the node: its config is proven
+        elif advance_node(step, rollout, cluster, now):
             if rollout.on_failure == OnFailure.ROLLBACK:
                 return "node failed: rolling back"  # from the next tick on (``rolls_back``)
             move_rollout(rollout, RolloutStatus.PAUSED, actor=ACTOR, reason=f"{step.node_name} failed: {step.reason}")

@@ -27,6 +27,7 @@ from nodes.cluster.base import ClusterBackend
 from nodes.sharing.node_config import NodeConfig
 from rollouts.choices import NodeState, OnFailure, RolloutStatus
 from rollouts.models import RollingUpdate, RolloutNode
+from rollouts.move_back import advance_move_back
 from rollouts.restoring import ACTOR, restore
 from rollouts.state import IN_FLIGHT, move_node, move_rollout
 from rollouts.steps import ROLLBACK, advance_node, cordon_batch, rolling_back
@@ -51,6 +52,12 @@ def advance_rollback(rollout: RollingUpdate, steps: list[RolloutNode], cluster: 
                       reason=f"not started: the rollout rolls back after {failed} failed (nothing on it was changed)")
         elif step.state in IN_FLIGHT and not rolling_back(step):
             _stop(step, cluster, failed)
+        elif step.state == NodeState.MOVING_BACK:
+            # Proven at the new config and serving: its workloads come home first (it never
+            # fails), then it rolls back like any succeeded node.
+            advance_move_back(step, cluster, now)
+    if any(s.state == NodeState.MOVING_BACK for s in steps):
+        return "finishing move-back before rolling back"
     going_back = [s for s in steps if s.state in IN_FLIGHT and rolling_back(s)]
     going_back += _begin_batch(steps, going_back, now)
     if not going_back:

@@ -34,7 +34,8 @@ NODE_FROM: dict[str, tuple[str, ...]] = {
     N.DRAINING: (N.PREWARMING,),
     N.RECONFIGURING: (N.DRAINING,),
     N.VERIFYING: (N.RECONFIGURING,),
-    N.SUCCEEDED: (N.VERIFYING,),
+    N.MOVING_BACK: (N.VERIFYING,),  # rollouts.move_back
+    N.SUCCEEDED: (N.VERIFYING, N.MOVING_BACK),
     N.FAILED: IN_FLIGHT,
     # Not started when its rollout rolls back, or found holding a do-not-disrupt pod before
     # anything on it changed.

@@ -228,7 +228,9 @@ def _verify(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) 
                   reason=f"rolled back: proven at its previous config {target.describe()} (GFD labels, allocatable), "
                          "uncordoned")
         return
-    move_node(step, NodeState.SUCCEEDED, actor=ACTOR,
+    # With move_back, the workloads that left the node come home first (rollouts.move_back).
+    done = NodeState.MOVING_BACK if rollout.move_back and step.progress.get("prewarmed") else NodeState.SUCCEEDED
+    move_node(step, done, actor=ACTOR,
               reason=f"proven at {target.describe()} (GFD labels, allocatable), uncordoned")
 
 

@@ -39,7 +39,7 @@ ACTIONS = ("start", "pause", "resume", "abort")
 # How far along its steps each node state is, for the bar per node (the live script uses it too).
 STEP_PERCENT: dict[str, int] = {
     NodeState.PENDING: 0, NodeState.PREWARMING: 20, NodeState.DRAINING: 40, NodeState.RECONFIGURING: 60,
-    NodeState.VERIFYING: 80, NodeState.SUCCEEDED: 100, NodeState.SKIPPED: 100, NodeState.FAILED: 100,
+    NodeState.VERIFYING: 80, NodeState.MOVING_BACK: 90, NodeState.SUCCEEDED: 100, NodeState.SKIPPED: 100, NodeState.FAILED: 100,
     NodeState.ROLLED_BACK: 100,
 }
 # Seconds between two reads of the API on the live page.

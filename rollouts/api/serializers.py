@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.validators import RegexValidator
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -16,6 +17,8 @@ from gpuplane.strict_input import StrictIntegerField, StrictSerializer, StrictSt
 from nodes.vocabulary import SharingMode
 from rollouts.choices import NodeState, OnFailure, RolloutStatus, RolloutStrategy
 from rollouts.models import RollingUpdate, RolloutNode
+from rollouts.windows import InvalidWindow, parse_window, waiting_message
+from scheduler.core.maintenance_window import MAX_DURATION_MINUTES
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # NVIDIA: a GPU holds at most 7 MIG instances, whatever the profile.
@@ -43,6 +46,22 @@ class RolloutConfigSerializer(StrictSerializer):
     )
 
 
+class MaintenanceWindowSerializer(StrictSerializer):
+    """When a node's change may start: the window opens by ``cron`` in ``timezone`` and stays open
+    ``duration_minutes`` (``scheduler.core.maintenance_window``: DST as cron handles it)."""
+
+    cron = StrictStringField(max_length=200, help_text='Five crontab fields in the window\'s time zone, e.g. "0 2 * * SAT".')
+    duration_minutes = StrictIntegerField(min_value=1, max_value=MAX_DURATION_MINUTES,
+                                          help_text="How long it stays open once opened, in elapsed minutes.")
+    timezone = StrictStringField(max_length=64, help_text="IANA time zone, e.g. Europe/Berlin or UTC.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return parse_window(attrs).as_dict()
+        except InvalidWindow as error:
+            raise serializers.ValidationError(error.errors) from None
+
+
 class RolloutCreateSerializer(StrictSerializer):
     """The body of `POST /api/v1/rollouts/` and of `.../preview/`."""
 
@@ -52,6 +71,11 @@ class RolloutCreateSerializer(StrictSerializer):
     strategy = serializers.ChoiceField(choices=RolloutStrategy.choices(), default=RolloutStrategy.ROLLING)
     max_unavailable = StrictIntegerField(min_value=1, max_value=MAX_UNAVAILABLE, default=1)
     on_failure = serializers.ChoiceField(choices=OnFailure.choices(), default=OnFailure.PAUSE)
+    maintenance_window = MaintenanceWindowSerializer(
+        required=False, allow_null=True, default=None,
+        help_text="When a node's change may start (nodes part-way finish outside it); null or omitted: any time.")
+    move_back = serializers.BooleanField(
+        default=False, help_text="Once a node is proven and uncordoned, move the workloads that left it back onto it.")
 
     def request_values(self) -> dict[str, Any]:
         """The validated body as ``rollouts.creating.validate_request`` keywords."""
@@ -80,14 +104,21 @@ class RollingUpdateSerializer(serializers.ModelSerializer):
     progress_percent = serializers.FloatField(read_only=True)
     nodes = RolloutNodeSerializer(many=True, read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    maintenance_window = MaintenanceWindowSerializer(read_only=True, allow_null=True)
+    waiting_for_window = serializers.SerializerMethodField(
+        help_text='"waiting for the maintenance window (opens ...)" while the next node waits for it; "" otherwise')
 
     class Meta:
         model = RollingUpdate
         fields = [
             "id", "name", "status", "progress_percent", "nodes", "config", "strategy", "max_unavailable",
-            "on_failure", "message", "created_by", "created_at", "updated_at", "started_at", "finished_at",
+            "on_failure", "maintenance_window", "waiting_for_window", "move_back", "message", "created_by",
+            "created_at", "updated_at", "started_at", "finished_at",
         ]
         read_only_fields = fields
+
+    def get_waiting_for_window(self, rollout: RollingUpdate) -> str:
+        return waiting_message(rollout, timezone.now())
 
 
 class RolloutMoveSerializer(serializers.Serializer):
@@ -117,10 +148,21 @@ class RolloutRefusalSerializer(serializers.Serializer):
     reason = serializers.CharField()
 
 
+class WindowPreviewSerializer(serializers.Serializer):
+    cron = serializers.CharField()
+    duration_minutes = serializers.IntegerField()
+    timezone = serializers.CharField()
+    open_now = serializers.BooleanField()
+    closes_at = serializers.DateTimeField(allow_null=True, help_text="When the window open now closes; null when closed")
+    next_opens_at = serializers.DateTimeField(allow_null=True, help_text="The next opening after now")
+
+
 class RolloutPreviewSerializer(serializers.Serializer):
     config = RolloutConfigSerializer()
     strategy = serializers.ChoiceField(choices=RolloutStrategy.choices())
     max_unavailable = serializers.IntegerField()
+    maintenance_window = WindowPreviewSerializer(allow_null=True, help_text="null: a node's change may start any time")
+    move_back = serializers.BooleanField()
     placer = serializers.CharField(help_text="How the preview chose where moved workloads go")
     feasible = serializers.BooleanField(help_text="False when it cannot be done safely now; see blockers")
     blockers = serializers.ListField(child=serializers.CharField())

@@ -52,11 +52,14 @@ ACTIVE_PLACEMENT = (PlacementStatus.RESERVED, PlacementStatus.BINDING, Placement
 
 
 def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, spec: DeploySpec | None = None,
-                   user: Any = None, cluster: ClusterBackend | None = None, timed: bool = True) -> list[Placement]:
+                   user: Any = None, cluster: ClusterBackend | None = None, timed: bool = True,
+                   nodes: Iterable[str] | None = None) -> list[Placement]:
     """Decide, reserve and start ``replica_indexes`` of ``deployment``; return their placements.
 
     The whole call (snapshot, decisions, reservation, cluster calls) is observed into
     ``PLACEMENT_DECISION_SECONDS`` unless ``timed`` is False (``deploy`` times its own, wider call).
+    ``nodes`` limits the decision to those node names (a rollout moving replicas back onto the
+    node they left); None: every node.
 
     ``deployment`` is either unsaved (a new deploy: it is saved with its reservations, in one
     transaction) or an active stored one whose replica indexes are unused. ``spec`` is the
@@ -67,7 +70,8 @@ def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, sp
     """
     if timed:
         with PLACEMENT_DECISION_SECONDS.time():
-            return place_replicas(deployment, replica_indexes, spec=spec, user=user, cluster=cluster, timed=False)
+            return place_replicas(deployment, replica_indexes, spec=spec, user=user, cluster=cluster, timed=False,
+                                  nodes=nodes)
     indexes = sorted(set(replica_indexes))
     if not indexes or indexes[0] < 0:
         raise ValueError(f"replica indexes must be a non-empty set of whole numbers >= 0, not {indexes}")
@@ -80,7 +84,7 @@ def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, sp
             raise ValueError(f"{deployment} already has replicas {sorted(used)}")
     request = spec if spec is not None else spec_of(deployment)
     backend = cluster if cluster is not None else get_cluster()
-    placements = _decide_and_reserve(deployment, request, indexes, user)
+    placements = _decide_and_reserve(deployment, request, indexes, user, None if nodes is None else list(nodes))
     _start(deployment, placements, backend, new=new)
     return list(Placement.objects.filter(pk__in=[p.pk for p in placements]).select_related("node")
                 .order_by("replica_index"))
@@ -139,7 +143,7 @@ def next_replica_index(deployment: Deployment) -> int:
 
 
 def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Sequence[int],
-                        user: Any) -> list[Placement]:
+                        user: Any, nodes: list[str] | None = None) -> list[Placement]:
     """Decide and reserve with bounded retries (see ``capacity``, "Reservation and concurrency")."""
     scheduler = placement_scheduler()
     new = deployment.pk is None
@@ -149,14 +153,14 @@ def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Seque
             if attempt > 1:
                 with transaction.atomic():
                     placement_lock(exclusive=True)
-                    inventory = build_snapshot()
+                    inventory = build_snapshot(nodes)
                     quota = namespace_quota(spec.namespace)
                     plans = decide(spec, inventory, scheduler, quota=quota, replica_indexes=indexes)
                     placements = _reserve(deployment, plans, inventory.index.node_pk, user)
                     if quota is not None:
                         check_quota(spec.namespace)
                     return placements
-            inventory = build_snapshot()
+            inventory = build_snapshot(nodes)
             quota = namespace_quota(spec.namespace)
             plans = decide(spec, inventory, scheduler, quota=quota, replica_indexes=indexes)
             with transaction.atomic():
@@ -178,7 +182,7 @@ def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Seque
                 _forget(deployment)  # rolled back: the instance must not keep the id it never got
         logger.info("placement of %s/%s conflicted (attempt %d): %s", spec.namespace, spec.name, attempt,
                     last_conflict)
-    inventory = build_snapshot()
+    inventory = build_snapshot(nodes)
     # Raises NoCapacity when the capacity (or the namespace's quota) is simply gone.
     plans = decide(spec, inventory, scheduler, quota=namespace_quota(spec.namespace), replica_indexes=indexes)
     message = (f"capacity kept changing while placing {spec.namespace}/{spec.name}: {MAX_ATTEMPTS} attempts "

@@ -51,6 +51,10 @@
     progress.setAttribute("aria-valuenow", percent);
     progress.querySelector(".bar__fill").style.width = percent + "%";
     document.getElementById("rollout-message").textContent = data.message || "";
+    var windowWait = document.getElementById("rollout-window-wait");
+    var waiting = data.waiting_for_window || "";
+    windowWait.textContent = waiting.charAt(0).toUpperCase() + waiting.slice(1);
+    windowWait.hidden = !waiting;
     var body = document.querySelector("#rollout-nodes tbody");
     var rows = data.nodes.map(function (node) {
       var row = document.createElement("tr");
