@@ -169,7 +169,11 @@ def pause_for_mig(state: State, node: str, now: float) -> None:
 def resume_after_mig(state: State, node: str, at: float, delay_s: float) -> None:
     """The MIG manager is done (at `at`): the plugin starts again and is ready `delay_s` later."""
     restart = state["sim"]["nodes"][node].get("restart")
-    if restart is None or restart["ready_at"] is not None:
+    if restart is None:
+        # Not paused (a reconfiguration begun before the simulator paused plugins): republish at once.
+        publish_node_resources(state, node)
+        return
+    if restart["ready_at"] is not None:
         return
     restart["ready_at"] = at + delay_s
     _start_plugin_pod(state, node, at, ready=False)
@@ -177,13 +181,15 @@ def resume_after_mig(state: State, node: str, at: float, delay_s: float) -> None
 
 def finish_restarts(state: State, now: float) -> None:
     """Every plugin pod whose restart is due by `now` becomes ready and publishes its config, by node name."""
-    for name, sim in sorted(state["sim"]["nodes"].items()):
-        restart = sim.get("restart")
-        if restart is not None and restart["ready_at"] is not None and now >= restart["ready_at"]:
-            del sim["restart"]
-            for pod in _plugin_pods(state, name).values():
-                mark_running(pod, restart["ready_at"], ready=True)
-            _run(state, name, restart["plugin"], restart["ready_at"])
+    nodes = state["sim"]["nodes"]
+    # Runs on every call: a plain scan of a big fleet, sorting only the few restarts that are due.
+    due = sorted(name for name, sim in nodes.items()
+                 if "restart" in sim and sim["restart"]["ready_at"] is not None and now >= sim["restart"]["ready_at"])
+    for name in due:
+        restart = nodes[name].pop("restart")
+        for pod in _plugin_pods(state, name).values():
+            mark_running(pod, restart["ready_at"], ready=True)
+        _run(state, name, restart["plugin"], restart["ready_at"])
 
 
 def restarting(state: State, node: str) -> bool:

@@ -146,3 +146,23 @@ def test_a_failure_injected_for_one_layout_fails_its_next_application_only(clust
 def test_a_failure_cannot_be_injected_zero_times(cluster):
     with pytest.raises(ValueError, match="times must be >= 1"):
         cluster.inject_mig_failure("all-3g", times=0)
+
+
+def test_a_plugin_restarted_while_the_mig_manager_works_comes_back_with_the_new_config_after_it(
+    slow_plugin_cluster, clock
+):
+    cluster = slow_plugin_cluster
+    cluster.add_gpu_node("gpu-1", gpu_count=1, **H100)
+    cluster.set_device_plugin_config("mig-single", device_plugin_config("none", mig_strategy="single"))
+    cluster.set_mig_config("all-3g", [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}])
+    cluster.set_node_labels("gpu-1", {"nvidia.com/mig.config": "all-3g", "nvidia.com/device-plugin.config": "mig-single"})
+    cluster.restart_device_plugin("gpu-1")  # the DaemonSet is paused: no pod until the MIG manager is done
+    assert not [p for p in cluster.list_objects("Pod") if p["metadata"]["namespace"] == "gpu-operator"]
+
+    clock.advance(5)
+    assert node(cluster, "gpu-1").allocatable == {"nvidia.com/gpu": 0}
+    clock.advance(3)
+    done = node(cluster, "gpu-1")
+    # The config asked for during the pause: migStrategy single, each instance an nvidia.com/gpu.
+    assert done.labels["nvidia.com/mig.strategy"] == "single"
+    assert done.allocatable == {"nvidia.com/gpu": 2}
