@@ -170,8 +170,8 @@ class DemoClusterError(Exception):
 def seed_demo_cluster(cluster: SimulatedCluster) -> None:
     """Build the demo on an empty simulated cluster, the way an operator would on a real one.
 
-    Pass a cluster whose MIG manager finishes at once (`mig_reconfigure_s=0`) or on a clock you
-    advance; this waits for every MIG node to report `success` and raises DemoClusterError when
+    Pass a cluster whose MIG manager and device plugin restarts finish at once (`mig_reconfigure_s=0,
+    plugin_restart_s=0`) or on a clock you advance; this waits for every MIG node to report `success` and raises DemoClusterError when
     one does not (or when the cluster is not empty).
     """
     if not cluster.is_empty():
@@ -225,7 +225,7 @@ def _wait_for_mig(cluster: SimulatedCluster, attempts: int = 3) -> None:
     if not_applied:
         raise DemoClusterError(
             f"the MIG manager did not apply the demo layouts ({', '.join(not_applied)}); "
-            "seed with SimulatedCluster(..., mig_reconfigure_s=0)"
+            "seed with SimulatedCluster(..., mig_reconfigure_s=0, plugin_restart_s=0)"
         )
 
 
@@ -293,8 +293,9 @@ def load_demo_cluster(*, if_empty: bool = False, reset: bool = False, force: boo
             "GPUPLANE_CLUSTER is 'kubernetes': the demo only seeds the simulated cluster and will not "
             "touch a real one. Unset GPUPLANE_CLUSTER (or set it to 'simulated') to load the demo."
         )
-    # The MIG manager finishes at once so that the layouts are in place before the first sync.
-    cluster = SimulatedCluster(settings.GPUPLANE_SIMULATED_STATE, mig_reconfigure_s=0)
+    # The MIG manager and plugin restarts finish at once so that the layouts and configs are in
+    # place before the first sync.
+    cluster = SimulatedCluster(settings.GPUPLANE_SIMULATED_STATE, mig_reconfigure_s=0, plugin_restart_s=0)
     if reset:
         wipe_inventory(force=force)
         cluster.reset()

@@ -97,7 +97,7 @@ def load_fleet(count: int, *, gpus_per_node: int = 8, models: str = DEFAULT_MODE
     if count < 1 or gpus_per_node < 1:
         raise FleetError("the fleet needs at least one node of at least one GPU")
     mix = parse_models(models)
-    cluster = SimulatedCluster(settings.GPUPLANE_SIMULATED_STATE, mig_reconfigure_s=0)
+    cluster = SimulatedCluster(settings.GPUPLANE_SIMULATED_STATE, mig_reconfigure_s=0, plugin_restart_s=0)
     if replace:
         try:
             wipe_inventory(force=force)

@@ -42,6 +42,7 @@ from nodes.contract import (
     LABEL_MIG_CAPABLE,
     LABEL_MIG_CONFIG_STATE,
     RESOURCE_GPU,
+    RESOURCE_MIG_PREFIX,
 )
 from nodes.inventory.sync import sync_inventory
 from nodes.models import Node
@@ -262,9 +263,12 @@ def _check_disruptable(step: RolloutNode, pods: list[ClusterPod]) -> None:
 
 
 def _allocatable_matches(node: ClusterNode, target: NodeConfig) -> bool:
-    """Whole-GPU modes: allocatable nvidia.com/gpu is GPUs x R (MIG's resources are per profile)."""
+    """The restarted device plugin advertises the target: whole-GPU modes GPUs x R ``nvidia.com/gpu``;
+    MIG (mixed strategy, the layout on every GPU) each profile's count x GPUs. The MIG manager reports
+    ``success`` before the plugin it restarts is back, so the state label alone proves too little."""
     if target.mode == SharingMode.MIG:
-        return True
+        return all(node.allocatable.get(f"{RESOURCE_MIG_PREFIX}{profile}") == count * len(node.gpus)
+                   for profile, count in target.mig_layout or ())
     return node.allocatable.get(RESOURCE_GPU) == len(node.gpus) * (target.replicas or 1)
 
 

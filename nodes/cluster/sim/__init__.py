@@ -7,11 +7,11 @@ through `nodes.cluster.parsing`, so the control plane reads it exactly as it rea
 
 - `backend`: `SimulatedCluster`, the ClusterBackend facade, and the lazy clock that drives the rest;
 - `store`: the JSON state file under `fcntl.flock`, shared by web, worker and beat processes;
-- `objects`: lookups, pod bookkeeping, conditions, events and generated names every part shares;
+- `objects`: lookups, pod bookkeeping, conditions, events (every pod removal, by how) and generated names;
 - `scheduling`: the default scheduler, kubelet admission and readiness, cordon / uncordon;
 - `workloads`: Deployments and the ReplicaSet controller (deleted or evicted pods come back);
 - `eviction`: the Eviction API with PodDisruptionBudgets;
-- `device_plugin`: the device plugin's ConfigMap (applies on plugin restart only) and GFD labels;
+- `device_plugin`: the device plugin's ConfigMap (applies on plugin restart only, a delay after it) and GFD labels;
 - `mig_manager`: mig-parted configs, `nvidia.com/mig.config.state` pending -> success / failed;
 - `gpus`: deterministic GPU and MIG UUIDs, the MIG layout annotation;
 - `faults`: injected faults, consumed by the next calls in any process;

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from nodes.cluster.base import ClusterError, ClusterNode, ClusterPod, WorkloadSpec
+from nodes.cluster.base import ClusterError, ClusterNode, ClusterPod, NotFound, WorkloadSpec
 from nodes.cluster.parsing import parse_node, parse_pod
 from nodes.cluster.sim import (
     device_plugin,
@@ -26,11 +26,15 @@ from nodes.cluster.sim import (
     scheduling,
     workloads,
 )
-from nodes.cluster.sim.objects import find_node
+from nodes.cluster.sim.objects import REMOVED_DELETED, find_node, remove_pod
 from nodes.cluster.sim.store import State, StateFile, empty_state
 from nodes.contract import LABEL_MIG_CONFIG
 
 T = TypeVar("T")
+
+# How long a restarted device plugin pod takes to register its devices again: a few seconds, as
+# the real DaemonSet pod needs to start, read its config and talk to the kubelet.
+DEFAULT_PLUGIN_RESTART_S = 3.0
 
 # list_objects kinds -> their collection in the state.
 _COLLECTIONS = {
@@ -47,7 +51,10 @@ class SimulatedCluster:
 
     `clock` is a callable returning seconds (like `time.time`) or an object with a numeric `now`
     attribute. Pods become Ready `pod_ready_delay_s` after binding; a MIG reconfiguration
-    finishes `mig_reconfigure_s` after its label changed.
+    finishes `mig_reconfigure_s` after its label changed; a device plugin pod is ready (and the
+    node's allocatable and GFD labels show its config) `plugin_restart_s` after a restart, or
+    after the MIG manager is done. 0 makes either instant. The last two are deadlines written into
+    the state when the change starts, so processes with other settings honour them as well.
     """
 
     def __init__(
@@ -57,11 +64,13 @@ class SimulatedCluster:
         clock: Callable[[], float] | Any = time.time,
         pod_ready_delay_s: float = 2.0,
         mig_reconfigure_s: float = 5.0,
+        plugin_restart_s: float = DEFAULT_PLUGIN_RESTART_S,
     ) -> None:
         self.state_file = StateFile(state_path)
         self._clock = clock
         self.pod_ready_delay_s = pod_ready_delay_s
         self.mig_reconfigure_s = mig_reconfigure_s
+        self.plugin_restart_s = plugin_restart_s
 
     # --- ClusterBackend ------------------------------------------------------------------------
 
@@ -81,8 +90,9 @@ class SimulatedCluster:
     def set_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
         """Merge labels; a None value removes the label.
 
-        A changed `nvidia.com/mig.config` starts the MIG manager (state `pending`); a changed
-        `nvidia.com/device-plugin.config` does nothing until `restart_device_plugin`.
+        A changed `nvidia.com/mig.config` starts the MIG manager (state `pending`, the device
+        plugin paused); a changed `nvidia.com/device-plugin.config` does nothing until
+        `restart_device_plugin`.
         """
 
         def action(state: State, now: float) -> None:
@@ -96,7 +106,10 @@ class SimulatedCluster:
             new_mig_config = current.get(LABEL_MIG_CONFIG)
             # The MIG manager reacts to label changes only, as the real one (a watch) does.
             if new_mig_config is not None and new_mig_config != old_mig_config:
-                mig_manager.start_reconfiguration(state, node, new_mig_config, now)
+                mig_manager.start_reconfiguration(
+                    state, node, new_mig_config, now, reconfigure_s=self.mig_reconfigure_s,
+                    plugin_restart_s=self.plugin_restart_s,
+                )
 
         self._operate("set_node_labels", action)
 
@@ -134,7 +147,9 @@ class SimulatedCluster:
 
     def delete_workload(self, namespace: str, name: str) -> None:
         """Delete the Deployment and its pods; NotFound when there is none."""
-        self._operate("delete_workload", lambda state, now: workloads.delete_deployment(state, namespace, name))
+        self._operate(
+            "delete_workload", lambda state, now: workloads.delete_deployment(state, namespace, name, now)
+        )
 
     def workload_ready(self, namespace: str, name: str) -> bool:
         """True when as many pods of the Deployment are Ready as it has replicas."""
@@ -144,14 +159,15 @@ class SimulatedCluster:
         """Delete the node's device plugin pod; its replacement reads the node's config label.
 
         The config named by `nvidia.com/device-plugin.config` (the operator default when the
-        label is absent) then drives the GFD labels and allocatable `nvidia.com/gpu`. An unknown
-        or invalid config, or one the node's GPUs cannot run, raises ClusterError and changes
-        nothing, as a crash-looping plugin would leave the advertised resources alone.
+        label is absent) then drives the GFD labels and allocatable `nvidia.com/gpu`, from
+        `plugin_restart_s` on: until then the node has no allocatable GPUs and its old labels. An
+        unknown or invalid config, or one the node's GPUs cannot run, raises ClusterError and
+        changes nothing, as a crash-looping plugin would leave the advertised resources alone.
         """
 
         def action(state: State, now: float) -> None:
             find_node(state, node)
-            device_plugin.restart_device_plugin(state, node, now)
+            device_plugin.restart_device_plugin(state, node, now, delay_s=self.plugin_restart_s)
 
         self._operate("restart_device_plugin", action)
 
@@ -191,6 +207,7 @@ class SimulatedCluster:
             fixtures.add_gpu_node(
                 state, self._now(), name, product=product, gpu_count=gpu_count, gpu_memory_mib=gpu_memory_mib,
                 cpu_milli=cpu_milli, memory_mib=memory_mib, labels=labels, taints=taints,
+                mig_reconfigure_s=self.mig_reconfigure_s, plugin_restart_s=self.plugin_restart_s,
             )
 
     def add_gpu_nodes(self, nodes: list[dict[str, Any]]) -> None:
@@ -207,6 +224,7 @@ class SimulatedCluster:
                     state, now, node["name"], product=node["product"], gpu_count=node["gpu_count"],
                     gpu_memory_mib=node["gpu_memory_mib"], cpu_milli=node.get("cpu_milli", 64000),
                     memory_mib=node.get("memory_mib", 524288), labels=node.get("labels"), taints=node.get("taints"),
+                    mig_reconfigure_s=self.mig_reconfigure_s, plugin_restart_s=self.plugin_restart_s,
                 )
 
     def set_node_ready(self, name: str, ready: bool) -> None:
@@ -280,6 +298,24 @@ class SimulatedCluster:
         with self._transaction() as state:
             faults.queue_fault(state, operation, message, times)
 
+    def inject_mig_failure(self, config_name: str, message: str = "injected MIG manager failure", times: int = 1) -> None:
+        """Make the MIG manager's next `times` applications of the mig-parted config `config_name`
+        (on any node) report `nvidia.com/mig.config.state=failed` with `message`, keeping the
+        previous layout, as when mig-parted cannot reset a GPU that is in use. ValueError when `times` < 1."""
+        if times < 1:
+            raise ValueError(f"times must be >= 1, not {times}")
+        with self._transaction() as state:
+            faults.queue_fault(state, faults.mig_fault_key(config_name), message, times)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod directly (`kubectl delete pod`), not through the Eviction API: no budget is
+        asked, and the event record says `Deleted`. A Deployment's pod comes back under a new name.
+        NotFound for an unknown pod."""
+        with self._transaction() as state:
+            if f"{namespace}/{name}" not in state["pods"]:
+                raise NotFound(f'pods "{name}" not found in namespace {namespace}')
+            remove_pod(state, self._now(), f"{namespace}/{name}", REMOVED_DELETED, "deleted directly")
+
     def list_objects(self, kind: str) -> list[dict[str, Any]]:
         """Copies of the stored objects of a kind (Node, Pod, Deployment, PodDisruptionBudget, ConfigMap)."""
         if kind not in _COLLECTIONS:
@@ -289,7 +325,10 @@ class SimulatedCluster:
             return [copy.deepcopy(objects[key]) for key in sorted(objects)]
 
     def events(self) -> list[dict[str, Any]]:
-        """The latest simulator events (oldest first): MIG results, plugin restarts, evictions, failed pods."""
+        """The latest simulator events (oldest first, at most `objects.MAX_EVENTS`): MIG results,
+        plugin restarts, failed pods, and every pod that left, its reason saying how (one of
+        `objects.REMOVAL_REASONS`: Evicted, Deleted, SuccessfulDelete, GarbageCollected) and its
+        `ready` field whether it was Ready then."""
         with self._transaction() as state:
             return copy.deepcopy(state["events"])
 
@@ -320,8 +359,10 @@ class SimulatedCluster:
         return result
 
     def _advance(self, state: State, now: float) -> None:
-        """Bring the simulation to `now`: MIG manager, ReplicaSet controller, scheduler, kubelet."""
+        """Bring the simulation to `now`: MIG manager, device plugin restarts, ReplicaSet controller,
+        scheduler, kubelet."""
         mig_manager.finish_reconfigurations(state, now, self.mig_reconfigure_s)
+        device_plugin.finish_restarts(state, now)
         workloads.reconcile_deployments(state, now)
         scheduling.schedule_pending(state, now)
         scheduling.start_bound_pods(state, now, self.pod_ready_delay_s)

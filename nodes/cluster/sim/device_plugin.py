@@ -2,8 +2,10 @@
 
 - The device plugin reads one ConfigMap of named configs; a node runs the config its
   `nvidia.com/device-plugin.config` label names (the operator default without one), and a changed
-  label takes effect only when the plugin pod restarts (`restart_device_plugin`). It refuses to
-  allocate several replicas of a shared GPU to one pod (failRequestsGreaterThanOne).
+  label takes effect only when the plugin pod restarts (`restart_device_plugin`), a delay after
+  it: meanwhile the node has no allocatable GPUs and its old GFD labels. The MIG manager pauses
+  the plugin while it reconfigures. It refuses to allocate several replicas of a shared GPU to one
+  pod (failRequestsGreaterThanOne).
 - GFD and the plugin publish what the running config and the MIG layout give: the sharing labels,
   the `-SHARED` product suffix, allocatable `nvidia.com/gpu` and, under the mixed MIG strategy,
   one `nvidia.com/mig-<profile>` resource (and count label) per profile.
@@ -18,7 +20,17 @@ import yaml
 
 from nodes.cluster.base import ClusterError
 from nodes.cluster.sim.gpus import catalog_model, decode_layout
-from nodes.cluster.sim.objects import add_pod, delete_pod, hash_name, mark_running, owner_name, record_event, timestamp
+from nodes.cluster.sim.objects import (
+    REMOVED_BY_CONTROLLER,
+    REMOVED_DELETED,
+    add_pod,
+    hash_name,
+    mark_running,
+    owner_name,
+    record_event,
+    remove_pod,
+    timestamp,
+)
 from nodes.cluster.sim.store import State
 from nodes.contract import (
     GPU_PRODUCT_SHARED_SUFFIX,
@@ -109,55 +121,80 @@ def put_device_plugin_config(state: State, name: str, config: dict[str, Any]) ->
     state["configmaps"][f"{GPU_OPERATOR_NAMESPACE}/{DEVICE_PLUGIN_CONFIGMAP}"] = configmap
 
 
-def restart_device_plugin(state: State, node: str, now: float, *, new_node: bool = False) -> None:
+def restart_device_plugin(state: State, node: str, now: float, *, delay_s: float = 0.0, new_node: bool = False) -> None:
     """Replace the device plugin pod of `node`; the new one runs the config the node's label names.
 
-    An unknown or invalid config, or one the node's GPUs cannot run (MPS on MIG-enabled GPUs or
-    beyond the MPS client limit), raises ClusterError and changes nothing, as a crash-looping
-    plugin would leave the advertised resources alone.
+    The new pod is ready `delay_s` after the restart (at once when 0 or for a `new_node`); until
+    then the node shows no allocatable NVIDIA resources (the kubelet marks a disconnected plugin's
+    devices unhealthy) and its GFD labels stay as they were. The deadline is kept in the state, so
+    every process sees the plugin come back at the same time. While the MIG manager has paused the
+    plugin, the new config waits for it to resume. An unknown or invalid config, or one the
+    node's GPUs cannot run (MPS on MIG-enabled GPUs or beyond the MPS client limit), raises
+    ClusterError and changes nothing, as a crash-looping plugin would leave the advertised
+    resources alone.
     """
-    obj = state["nodes"][node]
     sim = state["sim"]["nodes"][node]
-    config_name = obj["metadata"]["labels"].get(LABEL_DEVICE_PLUGIN_CONFIG)
-    if config_name:
-        configs = _device_plugin_configs(state)
-        if config_name not in configs:
-            raise ClusterError(
-                f"device plugin on {node}: config {config_name!r} is not in ConfigMap "
-                f"{GPU_OPERATOR_NAMESPACE}/{DEVICE_PLUGIN_CONFIGMAP} (known: {', '.join(sorted(configs)) or 'none'})"
-            )
-        try:
-            spec = validate_device_plugin_config(configs[config_name])
-        except InvalidSharingConfig as exc:
-            raise ClusterError(f"device plugin on {node}: config {config_name}: {exc}") from None
-    else:
-        spec = _default_spec()
-    if spec.strategy == STRATEGY_MPS:
-        layout = decode_layout(obj)
-        if layout:
-            raise ClusterError(
-                f"device plugin on {node}: MPS shares only full GPUs, and GPU "
-                f"{', '.join(str(i) for i in sorted(layout))} has MIG enabled"
-            )
-        model = catalog_model(sim["base_product"])
-        if model is not None:
-            try:
-                check_mps_client_limit(spec.replicas, model.compute_capability)
-            except InvalidSharingConfig as exc:
-                raise ClusterError(f"device plugin on {node}: {exc}") from None
-    sim["plugin"] = _spec_dict(config_name, spec)
+    config_name = state["nodes"][node]["metadata"]["labels"].get(LABEL_DEVICE_PLUGIN_CONFIG)
+    plugin = _spec_dict(config_name, _configured_spec(state, node, config_name))
     # A node just stored has no plugin pod to replace; skipping the scan of every pod keeps
     # adding a fleet of N nodes linear (each node's plugin pod makes that list grow with N).
-    for key, pod in [] if new_node else list(state["pods"].items()):
-        if pod["spec"].get("nodeName") == node and owner_name(pod) == DEVICE_PLUGIN_DAEMONSET:
-            delete_pod(state, key)
-    _start_plugin_pod(state, node, now)
+    if not new_node:
+        _remove_plugin_pods(state, node, now, REMOVED_DELETED, "device plugin restarted")
+    restart = sim.get("restart")
+    if restart is not None and restart["ready_at"] is None:
+        # Paused for a MIG reconfiguration: the DaemonSet starts no pod before the MIG manager resumes it.
+        restart["plugin"] = plugin
+        return
+    if new_node or delay_s <= 0:
+        sim.pop("restart", None)
+        _start_plugin_pod(state, node, now)
+        _run(state, node, plugin, now)
+        return
+    sim["restart"] = {"plugin": plugin, "ready_at": now + delay_s}
+    _start_plugin_pod(state, node, now, ready=False)
     publish_node_resources(state, node)
-    record_event(
-        state, now, "Node", node, "Normal", "DevicePluginRestarted",
-        f"device plugin config {config_name or '(default)'}: {spec.strategy}, {spec.replicas} replicas, "
-        f"migStrategy {spec.mig_strategy}",
-    )
+    record_event(state, now, "Node", node, "Normal", "DevicePluginRestarting",
+                 f"device plugin config {config_name or '(default)'}: ready in {delay_s:g} s")
+
+
+def pause_for_mig(state: State, node: str, now: float) -> None:
+    """The MIG manager stops the node's device plugin (and GFD) before it reconfigures the GPUs."""
+    sim = state["sim"]["nodes"][node]
+    restart = sim.get("restart")
+    sim["restart"] = {"plugin": restart["plugin"] if restart else sim["plugin"], "ready_at": None}
+    _remove_plugin_pods(state, node, now, REMOVED_BY_CONTROLLER, "device plugin paused for a MIG reconfiguration")
+    publish_node_resources(state, node)
+
+
+def resume_after_mig(state: State, node: str, at: float, delay_s: float) -> None:
+    """The MIG manager is done (at `at`): the plugin starts again and is ready `delay_s` later."""
+    restart = state["sim"]["nodes"][node].get("restart")
+    if restart is None:
+        # Not paused (a reconfiguration begun before the simulator paused plugins): republish at once.
+        publish_node_resources(state, node)
+        return
+    if restart["ready_at"] is not None:
+        return
+    restart["ready_at"] = at + delay_s
+    _start_plugin_pod(state, node, at, ready=False)
+
+
+def finish_restarts(state: State, now: float) -> None:
+    """Every plugin pod whose restart is due by `now` becomes ready and publishes its config, by node name."""
+    nodes = state["sim"]["nodes"]
+    # Runs on every call: a plain scan of a big fleet, sorting only the few restarts that are due.
+    due = sorted(name for name, sim in nodes.items()
+                 if "restart" in sim and sim["restart"]["ready_at"] is not None and now >= sim["restart"]["ready_at"])
+    for name in due:
+        restart = nodes[name].pop("restart")
+        for pod in _plugin_pods(state, name).values():
+            mark_running(pod, restart["ready_at"], ready=True)
+        _run(state, name, restart["plugin"], restart["ready_at"])
+
+
+def restarting(state: State, node: str) -> bool:
+    """True while the node's device plugin is down: restarting, or paused by the MIG manager."""
+    return "restart" in state["sim"]["nodes"][node]
 
 
 def allocation_refusal(state: State, node: str, requests: dict[str, int]) -> str | None:
@@ -175,9 +212,19 @@ def allocation_refusal(state: State, node: str, requests: dict[str, int]) -> str
 
 
 def publish_node_resources(state: State, node: str) -> None:
-    """What GFD and the device plugin advertise for the node's running plugin config and MIG layout."""
+    """What GFD and the device plugin advertise for the node's running plugin config and MIG layout.
+
+    While the plugin is down (`restarting`) the kubelet shows none of its resources allocatable
+    (capacity stays), and GFD's labels stay as the last running plugin left them.
+    """
     obj = state["nodes"][node]
     sim = state["sim"]["nodes"][node]
+    if restarting(state, node):
+        obj["status"]["allocatable"] = {
+            key: ("0" if key.startswith(RESOURCE_PREFIX_NVIDIA) else value)
+            for key, value in obj["status"]["allocatable"].items()
+        }
+        return
     plugin = sim["plugin"]
     labels = obj["metadata"]["labels"]
     gpu_count = int(labels[LABEL_GPU_COUNT])
@@ -217,8 +264,65 @@ def publish_node_resources(state: State, node: str) -> None:
         obj["status"][field] = resources
 
 
-def _start_plugin_pod(state: State, node: str, now: float) -> None:
-    """The plugin's DaemonSet creates a new, Running plugin pod on `node`."""
+def _configured_spec(state: State, node: str, config_name: str | None) -> SharingSpec:
+    """The config the plugin of `node` would run: the named one, checked against the node's GPUs."""
+    obj = state["nodes"][node]
+    sim = state["sim"]["nodes"][node]
+    if config_name:
+        configs = _device_plugin_configs(state)
+        if config_name not in configs:
+            raise ClusterError(
+                f"device plugin on {node}: config {config_name!r} is not in ConfigMap "
+                f"{GPU_OPERATOR_NAMESPACE}/{DEVICE_PLUGIN_CONFIGMAP} (known: {', '.join(sorted(configs)) or 'none'})"
+            )
+        try:
+            spec = validate_device_plugin_config(configs[config_name])
+        except InvalidSharingConfig as exc:
+            raise ClusterError(f"device plugin on {node}: config {config_name}: {exc}") from None
+    else:
+        spec = _default_spec()
+    if spec.strategy == STRATEGY_MPS:
+        layout = decode_layout(obj)
+        if layout:
+            raise ClusterError(
+                f"device plugin on {node}: MPS shares only full GPUs, and GPU "
+                f"{', '.join(str(i) for i in sorted(layout))} has MIG enabled"
+            )
+        model = catalog_model(sim["base_product"])
+        if model is not None:
+            try:
+                check_mps_client_limit(spec.replicas, model.compute_capability)
+            except InvalidSharingConfig as exc:
+                raise ClusterError(f"device plugin on {node}: {exc}") from None
+    return spec
+
+
+def _run(state: State, node: str, plugin: dict[str, Any], now: float) -> None:
+    """The plugin pod of `node` is up with `plugin` (a `_spec_dict`): it and GFD publish what it gives."""
+    state["sim"]["nodes"][node]["plugin"] = plugin
+    publish_node_resources(state, node)
+    record_event(
+        state, now, "Node", node, "Normal", "DevicePluginRestarted",
+        f"device plugin config {plugin['config'] or '(default)'}: {plugin['strategy']}, {plugin['replicas']} replicas, "
+        f"migStrategy {plugin['mig_strategy']}",
+    )
+
+
+def _plugin_pods(state: State, node: str) -> dict[str, dict[str, Any]]:
+    return {
+        key: pod for key, pod in state["pods"].items()
+        if pod["spec"].get("nodeName") == node and owner_name(pod) == DEVICE_PLUGIN_DAEMONSET
+    }
+
+
+def _remove_plugin_pods(state: State, node: str, now: float, reason: str, message: str) -> None:
+    for key in list(_plugin_pods(state, node)):
+        remove_pod(state, now, key, reason, message)
+
+
+def _start_plugin_pod(state: State, node: str, now: float, *, ready: bool = True) -> None:
+    """The plugin's DaemonSet creates a new plugin pod on `node`: Running and Ready, or still
+    starting (Pending) until its restart is done."""
     state["counter"] += 1
     pod_name = f"{DEVICE_PLUGIN_DAEMONSET}-{hash_name(node + '/' + str(state['counter']), 5)}"
     plugin_pod = {
@@ -237,7 +341,8 @@ def _start_plugin_pod(state: State, node: str, now: float) -> None:
         "status": {"phase": "Pending", "conditions": []},
     }
     add_pod(state, f"{GPU_OPERATOR_NAMESPACE}/{pod_name}", plugin_pod, deployment=None)
-    mark_running(plugin_pod, now, ready=True)
+    if ready:
+        mark_running(plugin_pod, now, ready=True)
 
 
 def _device_plugin_configs(state: State) -> dict[str, Any]:

@@ -3,14 +3,15 @@
 As in Kubernetes: DaemonSet pods are left alone (drains skip them), a pod matched by several
 budgets cannot be evicted, and a budget blocks an eviction (HTTP 429) that would leave fewer
 healthy pods than its minAvailable. Pending, Succeeded and Failed pods ignore budgets. An evicted
-Deployment pod is recreated by its ReplicaSet under a new name (see `workloads`).
+Deployment pod is recreated by its ReplicaSet under a new name (see `workloads`). Each eviction
+is an `Evicted` event in the record, told apart from every other way a pod can go.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from nodes.cluster.base import ClusterError, EvictionBlocked, NotFound
-from nodes.cluster.sim.objects import TERMINAL_PHASES, delete_pod, is_ready, owner_kind, phase, record_event
+from nodes.cluster.sim.objects import REMOVED_EVICTED, TERMINAL_PHASES, is_ready, owner_kind, phase, remove_pod
 from nodes.cluster.sim.store import State
 
 EVICTION_BLOCKED_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
@@ -49,8 +50,7 @@ def evict_pod(state: State, namespace: str, name: str, now: float) -> None:
         )
     if budgets and phase(pod) not in ("Pending", *TERMINAL_PHASES):
         _check_budget(state, budgets[0], pod)
-    delete_pod(state, key)
-    record_event(state, now, "Pod", key, "Normal", "Evicted", "evicted through the Eviction API")
+    remove_pod(state, now, key, REMOVED_EVICTED, "evicted through the Eviction API")
 
 
 def _check_budget(state: State, pdb: dict[str, Any], pod: dict[str, Any]) -> None:

@@ -2,7 +2,8 @@
 
 Faults live in the state file, so a test or an operator trying the UI can break the cluster that
 a worker process talks to. Several injections for one operation queue up in order; each fires
-for its number of calls, then the next one takes over.
+for its number of calls, then the next one takes over. The MIG manager has faults of its own,
+per mig-parted config (`mig_fault_key`): the next applications of that config report `failed`.
 """
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ OPERATIONS = frozenset(
 )
 
 
+# Queue of the faults of the MIG manager applying one mig-parted config: "mig-config:<name>".
+MIG_FAULT_PREFIX = "mig-config:"
+
+
+def mig_fault_key(config_name: str) -> str:
+    """The queue of faults for the MIG manager applying the mig-parted config `config_name`."""
+    return f"{MIG_FAULT_PREFIX}{config_name}"
+
+
 def check_fault(operation: str, times: int) -> None:
     """ValueError unless `operation` is one of OPERATIONS and `times` >= 1."""
     if operation not in OPERATIONS:
@@ -40,7 +50,8 @@ def queue_fault(state: State, operation: str, message: str, times: int) -> None:
 
 
 def take_fault(state: State, operation: str) -> str | None:
-    """Consume one call of the first fault queued for `operation`: its message, or None when none is queued."""
+    """Consume one call of the first fault queued for `operation` (or a `mig_fault_key`): its message,
+    or None when none is queued."""
     queue = state["faults"].get(operation) or []
     if not queue:
         return None

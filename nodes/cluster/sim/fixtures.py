@@ -37,11 +37,14 @@ def add_gpu_node(
     memory_mib: int,
     labels: dict[str, str] | None,
     taints: list[dict[str, Any]] | None,
+    mig_reconfigure_s: float = 0.0,
+    plugin_restart_s: float = 0.0,
 ) -> None:
     """Add a Ready GPU node with `gpu_count` GPUs of `product`, as GFD and the device plugin publish it.
 
     `labels` are merged over GFD's; a `nvidia.com/device-plugin.config` label is read by the
-    plugin as it starts, a `nvidia.com/mig.config` one starts the MIG manager. Annotation
+    plugin as it starts, a `nvidia.com/mig.config` one starts the MIG manager (done
+    `mig_reconfigure_s` later, the plugin back `plugin_restart_s` after that). Annotation
     `gpuplane.io/gpu-uuids` holds `gpu_uuid(name, i)` per GPU, as the node agent would write it.
     Raises ClusterError when the node exists or the plugin cannot run the config its label names.
     """
@@ -81,7 +84,8 @@ def add_gpu_node(
     state["nodes"][name] = obj
     install_device_plugin(state, name, product, now)
     if node_labels.get(LABEL_MIG_CONFIG):
-        start_reconfiguration(state, name, node_labels[LABEL_MIG_CONFIG], now)
+        start_reconfiguration(state, name, node_labels[LABEL_MIG_CONFIG], now, reconfigure_s=mig_reconfigure_s,
+                              plugin_restart_s=plugin_restart_s)
 
 
 def set_node_ready(state: State, now: float, name: str, ready: bool) -> None:

@@ -1,11 +1,15 @@
 """NVIDIA's MIG manager in the simulator: mig-parted configs applied through a node label.
 
-A changed `nvidia.com/mig.config` label makes `nvidia.com/mig.config.state` `pending`; after the
-reconfiguration time the manager applies the named config (from the mig-parted ConfigMap or the
-operator's built-in `all-disabled` / `all-enabled`): `success` with the layout
-`nodes.mig.plan_layout` gives, after which the device plugin and GFD republish the node's
-resources, or `failed`, which keeps the previous layout. Like the real one it neither cordons nor
-drains the node: moving workloads off first is gpuplane's job.
+A changed `nvidia.com/mig.config` label makes `nvidia.com/mig.config.state` `pending` and pauses
+the device plugin (the node shows no allocatable GPUs); after the reconfiguration time the
+manager applies the named config (from the mig-parted ConfigMap or the operator's built-in
+`all-disabled` / `all-enabled`): `success` with the layout `nodes.mig.plan_layout` gives, or
+`failed`, which keeps the previous layout (also forced for a config by an injected fault,
+`faults.mig_fault_key`). Either way it then starts the device plugin again, which republishes the
+node's resources after its restart delay: `success` comes before the allocatable does, as on a
+real node. Both deadlines are kept in the state at the start, so every process agrees on them.
+Like the real one it neither cordons nor drains the node: moving workloads off first is
+gpuplane's job.
 """
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ import yaml
 
 from nodes.catalog import GPUModel, UnknownGPUProduct, lookup_product
 from nodes.cluster.base import ClusterError
-from nodes.cluster.sim.device_plugin import publish_node_resources
+from nodes.cluster.sim.device_plugin import pause_for_mig, resume_after_mig
+from nodes.cluster.sim.faults import mig_fault_key, take_fault
 from nodes.cluster.sim.gpus import decode_layout, encode_layout, mig_uuid
 from nodes.cluster.sim.objects import record_event
 from nodes.cluster.sim.store import State
@@ -55,40 +60,55 @@ def put_mig_config(state: State, name: str, config: list[dict[str, Any]]) -> Non
     state["configmaps"][f"{GPU_OPERATOR_NAMESPACE}/{MIG_PARTED_CONFIGMAP}"] = configmap
 
 
-def start_reconfiguration(state: State, node: str, config_name: str, now: float) -> None:
-    """The manager saw the node's `nvidia.com/mig.config` label change to `config_name`: state `pending`."""
+def start_reconfiguration(
+    state: State, node: str, config_name: str, now: float, *, reconfigure_s: float, plugin_restart_s: float
+) -> None:
+    """The manager saw the node's `nvidia.com/mig.config` label change to `config_name`: state
+    `pending`, the device plugin paused; done `reconfigure_s` from now, the plugin back
+    `plugin_restart_s` after that."""
     state["nodes"][node]["metadata"]["labels"][LABEL_MIG_CONFIG_STATE] = "pending"
-    state["sim"]["nodes"][node]["mig"] = {"config": config_name, "since": now, "pending": True}
+    state["sim"]["nodes"][node]["mig"] = {
+        "config": config_name, "since": now, "done_at": now + reconfigure_s, "plugin_restart_s": plugin_restart_s,
+        "pending": True,
+    }
+    pause_for_mig(state, node, now)
 
 
 def finish_reconfigurations(state: State, now: float, reconfigure_s: float) -> None:
-    """Complete every reconfiguration that has been pending for `reconfigure_s` seconds, by node name."""
+    """Complete every reconfiguration due by `now`, by node name, each at its own deadline
+    (`reconfigure_s` after its start for one begun before deadlines were stored)."""
     for name, sim in sorted(state["sim"]["nodes"].items()):
         mig = sim.get("mig")
-        if mig and mig["pending"] and now >= mig["since"] + reconfigure_s:
-            _finish(state, name, now)
+        if mig and mig["pending"]:
+            done_at = mig.get("done_at", mig["since"] + reconfigure_s)
+            if now >= done_at:
+                _finish(state, name, done_at)
 
 
-def _finish(state: State, node: str, now: float) -> None:
-    """Apply the pending mig-parted config: `success` with a new layout, or `failed`."""
+def _finish(state: State, node: str, at: float) -> None:
+    """Apply the pending mig-parted config (at time `at`): `success` with a new layout, or `failed`;
+    then start the device plugin again."""
     obj = state["nodes"][node]
     sim = state["sim"]["nodes"][node]
     mig = sim["mig"]
     mig["pending"] = False
     try:
+        injected = take_fault(state, mig_fault_key(mig["config"]))
+        if injected is not None:
+            raise ClusterError(injected)
         layout = _planned_layout(state, node, mig["config"])
     except (InvalidMIGLayout, UnknownGPUProduct, ClusterError) as exc:
         obj["metadata"]["labels"][LABEL_MIG_CONFIG_STATE] = "failed"
         mig["error"] = str(exc)
-        record_event(state, now, "Node", node, "Warning", "MIGConfigFailed", f"{mig['config']}: {exc}")
-        return
-    mig.pop("error", None)
-    encode_layout(obj, layout)
-    obj["metadata"]["labels"][LABEL_MIG_CONFIG_STATE] = "success"
-    # The MIG manager restarts the device plugin and GFD after reconfiguring, with the
-    # config they already run.
-    publish_node_resources(state, node)
-    record_event(state, now, "Node", node, "Normal", "MIGConfigApplied", f"{mig['config']} applied")
+        record_event(state, at, "Node", node, "Warning", "MIGConfigFailed", f"{mig['config']}: {exc}")
+    else:
+        mig.pop("error", None)
+        encode_layout(obj, layout)
+        obj["metadata"]["labels"][LABEL_MIG_CONFIG_STATE] = "success"
+        record_event(state, at, "Node", node, "Normal", "MIGConfigApplied", f"{mig['config']} applied")
+    # The MIG manager restarts the device plugin and GFD after reconfiguring (or failing to),
+    # with the config they ran before.
+    resume_after_mig(state, node, at, mig.get("plugin_restart_s", 0.0))
 
 
 def _planned_layout(state: State, node: str, config_name: str) -> dict[int, list[list[Any]]]:

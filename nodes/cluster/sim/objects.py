@@ -15,7 +15,17 @@ from nodes.cluster.base import NotFound
 from nodes.cluster.sim.store import State
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
-_MAX_EVENTS = 200
+MAX_EVENTS = 200
+
+# How a pod left, the reason of the event `remove_pod` records: through the Eviction API, a
+# client's own DELETE of the pod, its ReplicaSet controller (scale-down, a replaced template), or
+# the garbage collector after its Deployment was deleted. Tests tell a drain (evictions only)
+# from a control plane that kills pods by looking at these.
+REMOVED_EVICTED = "Evicted"
+REMOVED_DELETED = "Deleted"
+REMOVED_BY_CONTROLLER = "SuccessfulDelete"
+REMOVED_WITH_OWNER = "GarbageCollected"
+REMOVAL_REASONS = (REMOVED_EVICTED, REMOVED_DELETED, REMOVED_BY_CONTROLLER, REMOVED_WITH_OWNER)
 # Kubernetes' alphabet for generated name suffixes (no vowels, no look-alike characters).
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -79,9 +89,27 @@ def add_pod(state: State, key: str, pod: dict[str, Any], *, deployment: str | No
 
 
 def delete_pod(state: State, key: str) -> None:
-    """Remove the pod `key` and its bookkeeping; nothing happens when it is gone already."""
+    """Remove the pod `key` and its bookkeeping, recording nothing; nothing happens when it is gone already.
+
+    For pods that leave without an event of their own (the device plugin's, on a restart that
+    records one); every other removal goes through `remove_pod`.
+    """
     state["pods"].pop(key, None)
     state["sim"]["pods"].pop(key, None)
+
+
+def remove_pod(state: State, now: float, key: str, reason: str, message: str) -> None:
+    """Remove the pod `key` and record how (`reason`, one of REMOVAL_REASONS) in the event record.
+
+    The event also says whether the pod was Ready when it went (`"ready"`), so a test can prove
+    that no serving pod was ever killed any other way than by an eviction.
+    """
+    pod = state["pods"].get(key)
+    if pod is None:
+        return
+    ready = is_ready(pod)
+    delete_pod(state, key)
+    record_event(state, now, "Pod", key, "Normal", reason, message, ready=ready)
 
 
 def phase(pod: dict[str, Any]) -> str:
@@ -140,9 +168,13 @@ def mark_running(pod: dict[str, Any], now: float, *, ready: bool) -> None:
 # --- events ----------------------------------------------------------------------------------------
 
 
-def record_event(state: State, now: float, kind: str, name: str, type_: str, reason: str, message: str) -> None:
-    """Append an event about object `kind`/`name` (type Normal or Warning); only the latest 200 are kept."""
+def record_event(
+    state: State, now: float, kind: str, name: str, type_: str, reason: str, message: str, **details: Any
+) -> None:
+    """Append an event about object `kind`/`name` (type Normal or Warning), with `details` as extra
+    fields; only the latest MAX_EVENTS are kept."""
     state["events"].append(
-        {"time": timestamp(now), "kind": kind, "name": name, "type": type_, "reason": reason, "message": message}
+        {"time": timestamp(now), "kind": kind, "name": name, "type": type_, "reason": reason, "message": message,
+         **details}
     )
-    del state["events"][:-_MAX_EVENTS]
+    del state["events"][:-MAX_EVENTS]

@@ -4,7 +4,7 @@ A Deployment is stored as `nodes.cluster.manifests.deployment_manifest` renders 
 again updates it, and a changed pod template replaces all of its pods (the Recreate strategy).
 The ReplicaSet controller keeps exactly spec.replicas pods, recreating a deleted or evicted pod
 under a new name and scaling down the way Kubernetes ranks pods; the Deployment's status counts
-its ready pods.
+its ready pods. Every pod they remove is an event in the record (`objects.remove_pod`).
 """
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ import json
 from nodes.cluster.base import ClusterError, WorkloadSpec
 from nodes.cluster.manifests import deployment_manifest
 from nodes.cluster.sim.objects import (
+    REMOVED_BY_CONTROLLER,
+    REMOVED_WITH_OWNER,
     add_pod,
-    delete_pod,
     deployment_pods,
     find_deployment,
     hash_name,
     is_ready,
     pods_by_deployment,
+    remove_pod,
     timestamp,
 )
 from nodes.cluster.sim.store import State
@@ -45,7 +47,7 @@ def apply_deployment(state: State, spec: WorkloadSpec, now: float) -> None:
         manifest["metadata"]["generation"] = existing["metadata"].get("generation", 1) + 1
         if existing["spec"]["template"] != manifest["spec"]["template"]:
             for pod_key in deployment_pods(state, key):
-                delete_pod(state, pod_key)
+                remove_pod(state, now, pod_key, REMOVED_BY_CONTROLLER, f"deployment {key}: pod template replaced")
     state["deployments"][key] = manifest
 
 
@@ -58,12 +60,12 @@ def scale_deployment(state: State, namespace: str, name: str, replicas: int) -> 
     deployment["metadata"]["generation"] = deployment["metadata"].get("generation", 1) + 1
 
 
-def delete_deployment(state: State, namespace: str, name: str) -> None:
-    """Delete the Deployment and its pods; NotFound when there is none."""
+def delete_deployment(state: State, namespace: str, name: str, now: float) -> None:
+    """Delete the Deployment and, as the garbage collector does, its pods; NotFound when there is none."""
     find_deployment(state, namespace, name)
     key = f"{namespace}/{name}"
     for pod_key in deployment_pods(state, key):
-        delete_pod(state, pod_key)
+        remove_pod(state, now, pod_key, REMOVED_WITH_OWNER, f"deployment {key} deleted")
     del state["deployments"][key]
 
 
@@ -118,7 +120,7 @@ def _reconcile(state: State, key: str, pods: list[str], now: float) -> None:
             )
 
         for pod_key in sorted(pods, key=rank)[: len(pods) - wanted]:
-            delete_pod(state, pod_key)
+            remove_pod(state, now, pod_key, REMOVED_BY_CONTROLLER, f"deployment {key} scaled down to {wanted}")
 
 
 def _create_pod(state: State, key: str, now: float) -> str:

@@ -24,4 +24,11 @@ def state_path(tmp_path):
 
 @pytest.fixture
 def cluster(state_path, clock):
-    return SimulatedCluster(state_path, clock=clock, pod_ready_delay_s=2.0, mig_reconfigure_s=5.0)
+    """Device plugin restarts are instant here; `slow_plugin_cluster` has the delay a real one has."""
+    return SimulatedCluster(state_path, clock=clock, pod_ready_delay_s=2.0, mig_reconfigure_s=5.0, plugin_restart_s=0)
+
+
+@pytest.fixture
+def slow_plugin_cluster(state_path, clock):
+    """A restarted device plugin pod is ready 3 s later, as the simulator's default has it."""
+    return SimulatedCluster(state_path, clock=clock, pod_ready_delay_s=2.0, mig_reconfigure_s=5.0, plugin_restart_s=3.0)
