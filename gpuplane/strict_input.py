@@ -158,6 +158,29 @@ def refuse_unknown_query_parameters(request: Request, allowed: Iterable[str]) ->
         })
 
 
+def refuse_empty_typed_filters(request: Request, queryset: QuerySet[Any], view: APIView) -> None:
+    """Raise a 400 for `?ready=` and the like: an empty value of a yes/no, number or choice filter.
+
+    The HTML lists' filter forms send empty fields for "any", so the FilterSets read them as unset;
+    an API client that sends one means something the schema (boolean, integer, enum) does not
+    allow, so it is told to leave the parameter out instead of getting every row.
+    """
+    import django_filters
+    from django_filters.rest_framework import DjangoFilterBackend
+
+    filterset_class = DjangoFilterBackend().get_filterset_class(view, queryset)
+    if filterset_class is None:
+        return
+    errors = {}
+    for name, filter_ in filterset_class.base_filters.items():
+        free_text = isinstance(filter_, django_filters.CharFilter) or getattr(filter_, "accepts_any_value", False)
+        if free_text or "" not in request.query_params.getlist(name):
+            continue
+        errors[name] = ["An empty value is not allowed: leave the parameter out to not filter by it."]
+    if errors:
+        raise exceptions.ValidationError(errors)
+
+
 class StrictQueryParametersFilter(BaseFilterBackend):
     """Answers 400 for any query parameter a generic view does not read (it would be ignored otherwise).
 
@@ -168,6 +191,7 @@ class StrictQueryParametersFilter(BaseFilterBackend):
     def filter_queryset(self, request: Request, queryset: QuerySet[Any], view: APIView) -> QuerySet[Any]:
         allowed = drf_query_parameters(view) | filterset_parameters(request, queryset, view)
         refuse_unknown_query_parameters(request, allowed | set(getattr(view, "query_parameters", ())))
+        refuse_empty_typed_filters(request, queryset, view)
         return queryset
 
     def get_schema_operation_parameters(self, view: APIView) -> list[dict[str, Any]]:

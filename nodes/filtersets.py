@@ -88,6 +88,7 @@ class MultiValueCharFilter(django_filters.MultipleChoiceFilter):
     """
 
     field_class = AnyValueMultipleChoiceField
+    accepts_any_value = True  # free text: an empty value is a value (gpuplane.strict_input)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("choices", ())

@@ -107,6 +107,23 @@ def test_a_filter_of_the_endpoint_is_not_unknown(admin_api, objects):
     assert response.json()["count"] == 1
 
 
+@pytest.mark.parametrize(("path", "parameter"), [
+    ("/api/v1/nodes/", "ready"), ("/api/v1/nodes/", "sharing_mode"), ("/api/v1/deployments/", "status"),
+    ("/api/v1/rollouts/", "status"),
+])
+def test_an_empty_yes_no_or_choice_filter_is_a_400_not_every_row(admin_api, objects, path, parameter):
+    response = admin_api.get(path, {parameter: ""})
+
+    assert response.status_code == 400, response.content
+    assert "leave the parameter out" in response.json()[parameter][0]
+
+
+def test_an_empty_free_text_filter_is_still_a_value(admin_api, objects):
+    response = admin_api.get("/api/v1/nodes/", {"q": "", "gpu_model": ""})
+
+    assert response.status_code == 200, response.content
+
+
 @pytest.mark.parametrize(("path", "method", "callback"), WRITE_ENDPOINTS, ids=[f"{m} {p}" for p, m, _ in WRITE_ENDPOINTS])
 def test_every_writable_endpoint_answers_400_naming_an_unknown_body_field(admin_api, objects, path, method, callback):
     path = concrete(path, callback, objects)
