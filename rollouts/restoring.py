@@ -11,9 +11,14 @@ redone; what could not be undone is returned, to be added to the node's reason.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from lifecycle.audit import record
 from nodes.cluster.base import ClusterBackend, ClusterError
 from nodes.inventory.sync import sync_inventory
+from nodes.models import Node
+from nodes.node_configs import set_desired_config
+from nodes.sharing.node_config import InvalidNodeConfig
 from rollouts.choices import NodeState
 from rollouts.models import RolloutNode
 from rollouts.state import move_node
@@ -37,6 +42,18 @@ def skip_node(step: RolloutNode, cluster: ClusterBackend, reason: str) -> None:
     move_node(step, NodeState.SKIPPED, actor=ACTOR, reason=_with_problems(reason, restore(step, cluster)))
 
 
+def want_config(step: RolloutNode, config: dict[str, Any] | None, *, reason: str) -> None:
+    """Make ``config`` the node's desired config (audited; the node page shows it pending until
+    applied). A config the node's model refuses is left out: the rollout validated it already."""
+    node = Node.objects.filter(pk=step.node_id).first()
+    if node is None or config is None:
+        return
+    try:
+        set_desired_config(node, config, actor=ACTOR, reason=reason)
+    except InvalidNodeConfig:
+        return
+
+
 def restore(step: RolloutNode, cluster: ClusterBackend) -> list[str]:
     """Put the labels found before the switch back, restart the plugin on them, give up the
     doubled replicas, uncordon; the problems met."""
@@ -48,6 +65,9 @@ def restore(step: RolloutNode, cluster: ClusterBackend) -> list[str]:
             cluster.restart_device_plugin(step.node_name)
         except ClusterError as error:
             problems.append(str(error))
+        # The node is back at the config this pass started from: that is what gpuplane wants of it.
+        origin = step.rollout.config if step.progress.get("rollback") else step.previous_config
+        want_config(step, origin, reason=f"restored by rollout {step.rollout_id}")
     released = _settle_copies(step, cluster, problems)
     try:
         cluster.uncordon(step.node_name)

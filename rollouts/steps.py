@@ -51,7 +51,7 @@ from nodes.sharing.node_config import NodeConfig, node_labels
 from nodes.vocabulary import SharingMode
 from rollouts.choices import NodeState
 from rollouts.models import RollingUpdate, RolloutNode
-from rollouts.restoring import ACTIVE_PLACEMENTS, ACTOR, fail_node, skip_node
+from rollouts.restoring import ACTIVE_PLACEMENTS, ACTOR, fail_node, skip_node, want_config
 from rollouts.state import IN_FLIGHT, move_node
 from scheduler.models import Placement
 from scheduler.services.errors import NoCapacity
@@ -200,6 +200,7 @@ def _reconfigure(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBack
     if "previous_labels" not in step.progress:
         # Saved before the switch: a restore puts back exactly what was there (None: absent).
         _save_progress(step, previous_labels={key: node.labels.get(key) for key in labels})
+    want_config(step, target.as_dict(), reason=f"rollout {step.rollout_id} switches it to {target.describe()}")
     cluster.set_node_labels(step.node_name, labels)
     if labels.get(LABEL_DEVICE_PLUGIN_CONFIG) != step.progress["previous_labels"].get(LABEL_DEVICE_PLUGIN_CONFIG):
         cluster.restart_device_plugin(step.node_name)

@@ -19,7 +19,7 @@ from nodes.contract import (
 )
 from nodes.inventory.sync import sync_inventory
 from nodes.models import Node
-from nodes.node_configs import applied_config
+from nodes.node_configs import applied_config, desired_config
 from nodes.sharing.node_config import render_device_plugin_config, render_mig_parted_entries
 from rollouts.choices import NodeState, OnFailure, RolloutStatus
 from rollouts.creating import create_rollout, validate_request
@@ -112,6 +112,11 @@ def test_a_plugin_that_never_reports_times_out_restores_the_label_uncordons_fail
     assert node.labels[LABEL_GPU_REPLICAS] == "2" and node.allocatable[RESOURCE_GPU] == 2
     assert not node.unschedulable
     assert not Node.objects.get(name=first.node_name).cordoned
+    # What gpuplane wants of the node followed it: the target at the switch, its old config again
+    # once restored (the node page shows no change pending).
+    assert desired_config(Node.objects.get(name=first.node_name)) == applied_config(Node.objects.get(name=first.node_name))
+    wanted = AuditEvent.objects.filter(verb="node.desired_config_set").order_by("pk")
+    assert [e.after["desired_config"]["replicas"] for e in wanted] == [4, 2]
     # The other node was never touched: pending, its labels as they were, schedulable.
     other = rollout.nodes.get(batch_index=2)
     assert other.state == NodeState.PENDING

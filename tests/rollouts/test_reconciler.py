@@ -14,7 +14,7 @@ from nodes.contract import (
     RESOURCE_GPU,
 )
 from nodes.models import Node
-from nodes.node_configs import applied_config
+from nodes.node_configs import applied_config, desired_config
 from nodes.sharing.node_config import render_device_plugin_config
 from rollouts import steps
 from rollouts.choices import NodeState, RolloutStatus
@@ -67,6 +67,9 @@ def test_a_rolling_mps_update_proves_every_node_and_never_leaves_a_workload_unse
         assert node.allocatable[RESOURCE_GPU] == 4
         assert not node.unschedulable
     assert all(applied_config(node) == MPS_4 for node in Node.objects.all())
+    # Each node's desired config became the target as its labels switched (audited), and is met.
+    assert all(desired_config(node) == MPS_4 for node in Node.objects.all())
+    assert AuditEvent.objects.filter(verb="node.desired_config_set").count() == 4
     verbs = set(AuditEvent.objects.values_list("verb", flat=True))
     # Pods left through the Eviction API: the audit log holds evictions, no pod delete.
     assert "rolloutnode.pod_evicted" in verbs
