@@ -223,17 +223,21 @@ def _verify(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) 
     row = Node.objects.get(pk=step.node_id)
     if applied_config(row) != target or not _allocatable_matches(node, target):
         return
+    if not node.ready:
+        # The health check: a node whose kubelet is not Ready would take no pod once uncordoned.
+        _note(step, "health check: waiting for the node to report Ready")
+        return
     cluster.uncordon(step.node_name)
     sync_inventory(cluster)
     if rolling_back(step):
         move_node(step, NodeState.ROLLED_BACK, actor=ACTOR,
                   reason=f"rolled back: proven at its previous config {target.describe()} (GFD labels, allocatable), "
-                         "uncordoned")
+                         "Ready, uncordoned")
         return
     # With move_back, the workloads that left the node come home first (rollouts.move_back).
     done = NodeState.MOVING_BACK if rollout.move_back and step.progress.get("prewarmed") else NodeState.SUCCEEDED
     move_node(step, done, actor=ACTOR,
-              reason=f"proven at {target.describe()} (GFD labels, allocatable), uncordoned")
+              reason=f"proven at {target.describe()} (GFD labels, allocatable), Ready, uncordoned")
 
 
 # ---- helpers -----------------------------------------------------------------------------------

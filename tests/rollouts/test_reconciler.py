@@ -29,6 +29,7 @@ from tests.rollouts.simulated import (
     PluginNeverReports,
     mig_ready,
     mps_cluster,
+    node_named,
     ready_replicas,
     run,
     started,
@@ -241,3 +242,32 @@ def test_an_error_in_one_rollout_does_not_stall_the_others(monkeypatch):
     assert done[str(first.pk)].startswith("error: ")
     assert done[str(second.pk)] == "batch 1"
     assert second.nodes.get().state == NodeState.PREWARMING
+
+
+def test_a_node_proven_at_the_new_config_stays_cordoned_until_its_health_check_passes(settings):
+    settings.ROLLOUT_STEP_TIMEOUT_S = 600
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=2, deployments=1)
+    rollout = started(cluster, names=["gpu-1", "gpu-2"])
+    first = rollout.nodes.get(batch_index=1)
+    held_ticks = []
+
+    def kubelet_down_while_verifying():
+        first.refresh_from_db()
+        node = node_named(cluster, first.node_name)
+        if first.state == NodeState.VERIFYING and not held_ticks and node.allocatable.get(RESOURCE_GPU) == 4:
+            # Proven (the plugin republished R=4), and now the kubelet stops reporting Ready.
+            cluster.set_node_ready(first.node_name, False)
+        if first.state == NodeState.VERIFYING and not node_named(cluster, first.node_name).ready:
+            held_ticks.append(first.reason)
+            assert node_named(cluster, first.node_name).unschedulable  # never uncordoned while NotReady
+            if len(held_ticks) == 5:
+                cluster.set_node_ready(first.node_name, True)
+
+    rollout = run(cluster, clock, rollout, check=kubelet_down_while_verifying)
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    assert len(held_ticks) == 5
+    assert "health check: waiting for the node to report Ready" in held_ticks[1:]
+    first.refresh_from_db()
+    assert first.state == NodeState.SUCCEEDED and "Ready, uncordoned" in first.reason
