@@ -74,7 +74,7 @@ KILLED_STEPS = (NodeState.PENDING, NodeState.PREWARMING, NodeState.DRAINING, Nod
                 NodeState.VERIFYING)
 ORDER: dict[str, int] = {str(state): number for number, state in enumerate((*KILLED_STEPS, NodeState.SUCCEEDED))}
 TICK_S = 0.2
-POLL_S = 0.02
+POLL_S = 0.05
 RUN_TIMEOUT_S = 90
 
 
