@@ -53,7 +53,8 @@ from rollouts.choices import NodeState
 from rollouts.models import RollingUpdate, RolloutNode
 from rollouts.restoring import ACTIVE_PLACEMENTS, ACTOR, fail_node, skip_node, want_config
 from rollouts.state import IN_FLIGHT, move_node
-from scheduler.models import Placement
+from scheduler.choices import PlacementStatus
+from scheduler.models import Deployment, Placement
 from scheduler.services.errors import NoCapacity
 from scheduler.services.placing import next_replica_index, place_replicas, release_replica
 
@@ -140,6 +141,8 @@ def _prewarm(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
             continue
         deployment = old.deployment
         index = _replica_index_for(step, old)
+        if _release_half_placed(deployment, index, cluster):
+            index = _replica_index_for(step, old)  # that index is spent now: a fresh one
         new = deployment.placements.filter(replica_index=index, status__in=ACTIVE_PLACEMENTS).first()
         if new is None:  # else placed by a run that died before it could note it: adopt it
             try:
@@ -289,6 +292,17 @@ def _replica_index_for(step: RolloutNode, old: Placement) -> int:
         intents[str(old.pk)] = index
         _save_progress(step, intents=intents)
     return index
+
+
+def _release_half_placed(deployment: Deployment, index: int, cluster: ClusterBackend) -> bool:
+    """Give back replica ``index`` if a run that died left it reserved: placing moves a replica
+    on from RESERVED once its workload exists, and ticks never overlap, so a reserved one seen
+    here has no workload, or one never confirmed (adopting it would wait for a pod that never
+    comes). True when it was released."""
+    if not deployment.placements.filter(replica_index=index, status=PlacementStatus.RESERVED).exists():
+        return False
+    return release_replica(deployment, index, user=ACTOR, cluster=cluster,
+                           reason="reserved by a rollout step that died before its workload was created")
 
 
 def _replicas_on(step: RolloutNode) -> list[Placement]:

@@ -6,15 +6,16 @@ from typing import Any
 
 from celery import shared_task
 
-from lifecycle.locks import single_run
 from rollouts.reconciler import reconcile
+from rollouts.tick_lock import tick_lock
 
 logger = logging.getLogger(__name__)
 
 RECONCILE_SOFT_TIME_LIMIT_S = 120
 RECONCILE_TIME_LIMIT_S = 150
 RECONCILE_LOCK_KEY = "gpuplane:rollouts:reconcile:lock"
-# Longer than the hard limit: a worker killed mid-tick frees the lock only once its run is over.
+# The fallback cache lock's expiry (see rollouts.tick_lock): longer than the hard limit, so it
+# changes hands only once its owner's run is over. On PostgreSQL a killed worker frees it at once.
 RECONCILE_LOCK_TTL_S = RECONCILE_TIME_LIMIT_S + 30
 
 
@@ -23,10 +24,11 @@ RECONCILE_LOCK_TTL_S = RECONCILE_TIME_LIMIT_S + 30
 def reconcile_rollouts_task() -> dict[str, Any]:
     """Advance every running rollout one step (beat, every ROLLOUT_RECONCILE_INTERVAL_S).
 
-    Two ticks must not overlap (both would drive the same node step), so a tick first takes a
-    ``single_run`` lock and returns {"skipped": True} when another holds it.
+    Two ticks must not overlap (both would drive the same node step), so a tick first takes the
+    ``tick_lock`` (released by the death of a killed worker) and returns {"skipped": True} when
+    another holds it. No ``acks_late``: a tick lost with its worker is simply the next one.
     """
-    with single_run(RECONCILE_LOCK_KEY, ttl_s=RECONCILE_LOCK_TTL_S) as acquired:
+    with tick_lock(RECONCILE_LOCK_KEY, ttl_s=RECONCILE_LOCK_TTL_S) as acquired:
         if not acquired:
             logger.info("rollout reconcile skipped: another tick is still running")
             return {"skipped": True, "reason": "another reconcile tick is running"}

@@ -5,14 +5,22 @@ from collections.abc import Iterable, Sequence
 
 from nodes.cluster.base import ClusterBackend, ClusterError, NotFound
 from nodes.vocabulary import PartitionKind
+from scheduler.choices import PlacementStatus
 from scheduler.models import Deployment, PartitionHold, Placement
 from scheduler.workloads import WorkloadSpec, workload_specs
 
+ACTIVE_PLACEMENT_STATUSES = (PlacementStatus.RESERVED, PlacementStatus.BINDING, PlacementStatus.RUNNING)
 
-def workload_names(deployment: Deployment) -> list[str]:
-    """Every workload name the deployment's placements carry, in replica order, once each."""
-    names = deployment.placements.exclude(workload_name="").order_by("replica_index").values_list(
-        "workload_name", flat=True)
+
+def workload_names(deployment: Deployment, *, active_only: bool = False) -> list[str]:
+    """Every workload name the deployment's placements carry, in replica order, once each.
+
+    ``active_only``: only those of placements still holding capacity (a replica moved off a node
+    by a rolling update was released and its workload deleted: it is not missing)."""
+    placements = deployment.placements.exclude(workload_name="")
+    if active_only:
+        placements = placements.filter(status__in=ACTIVE_PLACEMENT_STATUSES)
+    names = placements.order_by("replica_index").values_list("workload_name", flat=True)
     return list(dict.fromkeys(names))
 
 

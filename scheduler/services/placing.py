@@ -96,26 +96,28 @@ def release_replica(deployment: Deployment, replica_index: int, *, user: Any = N
 
     Its workload is scaled down to the replicas that stay there, or deleted when it was the
     last. ``ClusterError`` propagates with nothing released (the pod may still use the GPUs).
+    The placement's row stays locked from before its workload goes until it is released, so a
+    watch that finds the workload gone can wait for the row and tell a release from a workload
+    that vanished (``watching``); of two racing releases of one replica, the second then finds
+    it released and touches nothing.
     """
-    placement = deployment.placements.filter(replica_index=replica_index, status__in=ACTIVE_PLACEMENT).first()
-    if placement is None:
-        return False
     backend = cluster if cluster is not None else get_cluster()
-    if placement.workload_name:
-        staying = deployment.placements.filter(workload_name=placement.workload_name,
-                                               status__in=ACTIVE_PLACEMENT).exclude(pk=placement.pk).count()
-        try:
-            if staying:
-                backend.scale_workload(deployment.namespace, placement.workload_name, staying)
-            else:
-                backend.delete_workload(deployment.namespace, placement.workload_name)
-        except NotFound:
-            pass
     with transaction.atomic():
-        # Claimed by a conditional update: of two racing releases of one replica, one wins.
-        if not Placement.objects.filter(pk=placement.pk, status__in=ACTIVE_PLACEMENT).update(
-                status=PlacementStatus.RELEASED):
+        placement = deployment.placements.select_for_update().filter(
+            replica_index=replica_index, status__in=ACTIVE_PLACEMENT).first()
+        if placement is None:
             return False
+        if placement.workload_name:
+            staying = deployment.placements.filter(workload_name=placement.workload_name,
+                                                   status__in=ACTIVE_PLACEMENT).exclude(pk=placement.pk).count()
+            try:
+                if staying:
+                    backend.scale_workload(deployment.namespace, placement.workload_name, staying)
+                else:
+                    backend.delete_workload(deployment.namespace, placement.workload_name)
+            except NotFound:
+                pass
+        Placement.objects.filter(pk=placement.pk).update(status=PlacementStatus.RELEASED)
         released = release_placements([placement.pk])
         record("placement.released", placement, actor=user, reason=reason or "replica removed",
                before={"status": placement.status, "partitions": released}, after={"status": "released"})

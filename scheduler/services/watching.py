@@ -29,7 +29,7 @@ from nodes.cluster.base import ClusterBackend, ClusterError, NotFound
 from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.models import Deployment, Placement
 from scheduler.services.capacity import release_placements
-from scheduler.services.execution import delete_workloads, workload_names
+from scheduler.services.execution import ACTIVE_PLACEMENT_STATUSES, delete_workloads, workload_names
 
 logger = logging.getLogger(__name__)
 
@@ -94,11 +94,13 @@ def watch_deployment(deployment_id: int, *, cluster: ClusterBackend | None = Non
     # task retries it on its own); update() leaves updated_at, the last status change, alone.
     Deployment.objects.filter(pk=deployment.pk).update(watched_at=now)
     timeout = timedelta(seconds=settings.DEPLOYMENT_WATCH_TIMEOUT_S)
-    names = workload_names(deployment)
+    names = workload_names(deployment, active_only=True)
     if deployment.status == DeploymentStatus.PLACED:
         try:
             ready = all(backend.workload_ready(deployment.namespace, name) for name in names)
         except NotFound as error:
+            if _released_meanwhile(deployment, names):
+                return WATCH_WAITING
             delete_workloads(backend, deployment.namespace, names)
             fail_deployment(deployment, f"a workload disappeared from the cluster ({error}); everything was released")
             return WATCH_FAILED
@@ -119,6 +121,17 @@ def watch_deployment(deployment_id: int, *, cluster: ClusterBackend | None = Non
     fail_deployment(deployment, f"{what} {settings.DEPLOYMENT_WATCH_TIMEOUT_S} s after placement; everything was "
                     "released", from_statuses=[deployment.status])
     return WATCH_FAILED
+
+
+def _released_meanwhile(deployment: Deployment, names: list[str]) -> bool:
+    """Whether a replica of ``deployment`` was released since ``names`` were read (a rolling
+    update moving it off a node): its workload went with it, it did not vanish.
+
+    ``release_replica`` holds the placement's row from before it removes the workload until the
+    release commits: once these rows are locked here, a release is either done or not begun."""
+    with transaction.atomic():
+        list(Placement.objects.select_for_update().filter(deployment_id=deployment.pk, status__in=ACTIVE_PLACEMENT_STATUSES))
+        return workload_names(deployment, active_only=True) != names
 
 
 def sweep_deployments(now: datetime | None = None, *, cluster: ClusterBackend | None = None,

@@ -88,6 +88,48 @@ def test_a_vanished_workload_fails_the_deployment(cluster):
     assert "disappeared" in deployment.message
 
 
+def test_a_replica_moved_off_its_node_is_not_a_vanished_workload(cluster, clock):
+    # A rolling update places a copy (the deployment is PLACED again) and releases the original,
+    # deleting its workload, before the watch looks: the copy's readiness is all that counts.
+    deployment = deploy(cluster)
+    clock.advance(3)
+    assert services.watch_deployment(deployment.pk, cluster=cluster) == "running"
+    original = deployment.placements.get()
+    deployment.refresh_from_db()
+    services.place_replicas(deployment, [1], cluster=cluster)
+    services.release_replica(deployment, original.replica_index, cluster=cluster)
+
+    assert services.watch_deployment(deployment.pk, cluster=cluster) == "waiting"
+    clock.advance(3)
+    assert services.watch_deployment(deployment.pk, cluster=cluster) == "running"
+    deployment.refresh_from_db()
+    assert deployment.status == DeploymentStatus.RUNNING
+
+
+def test_a_replica_released_while_the_watch_looks_is_not_a_vanished_workload(cluster, clock):
+    # The watch read the workload names, then a rolling update released the original replica
+    # (its workload deleted) before the watch asked the cluster about it.
+    deployment = deploy(cluster)
+    clock.advance(3)
+    services.watch_deployment(deployment.pk, cluster=cluster)
+    original = deployment.placements.get()
+    deployment.refresh_from_db()
+    services.place_replicas(deployment, [1], cluster=cluster)
+
+    class ReleasedMidLook(type(cluster)):
+        def workload_ready(self, namespace, name):
+            if name == original.workload_name:
+                services.release_replica(Deployment.objects.get(pk=deployment.pk), original.replica_index,
+                                         cluster=cluster)
+            return super().workload_ready(namespace, name)
+
+    racing = ReleasedMidLook(cluster.state_file.path, clock=clock)
+    assert services.watch_deployment(deployment.pk, cluster=racing) == "waiting"
+    clock.advance(3)
+    assert services.watch_deployment(deployment.pk, cluster=cluster) == "running"
+    assert len(cluster.list_objects("Deployment")) == 1  # the copy's workload, left alone
+
+
 def test_deleted_or_missing_deployments_need_no_watching(cluster):
     deployment = deploy(cluster)
     services.delete_deployment(deployment, cluster=cluster)

@@ -1,0 +1,65 @@
+"""A reconciler killed at a point a random kill rarely hits: between reserving a pre-warmed copy and
+creating its workload. The next tick must not adopt the reservation (its pod never comes, and the
+step would wait until it times out): it gives it back and places a fresh copy.
+
+(tests/rollouts/test_crash_safety.py kills real worker processes at random points; this pins the
+narrowest window deterministically, in process.)
+"""
+from __future__ import annotations
+
+import pytest
+
+from lifecycle.models import AuditEvent
+from nodes.models import Node
+from rollouts.choices import NodeState, RolloutStatus
+from rollouts.control import act
+from rollouts.creating import create_rollout, validate_request
+from scheduler.choices import PlacementStatus
+from scheduler.models import Deployment
+from scheduler.services import placing
+from tests.rollouts.simulated import MPS_4, mps_cluster, ready_replicas, tick
+from tests.scheduler.inventory import FakeClock, check_invariants
+
+pytestmark = pytest.mark.django_db
+
+
+class WorkerKilled(BaseException):
+    """The worker process dies here (SIGKILL): no handler or ``finally`` of placing runs."""
+
+
+def test_a_copy_reserved_by_a_tick_that_died_before_creating_its_workload_is_given_back_and_placed_afresh(
+        monkeypatch):
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=2, deployments=1)
+    busy = Node.objects.get(placements__isnull=False).name
+    rollout = act(create_rollout(validate_request("r", [busy], MPS_4.as_dict())), "start", cluster=cluster)
+    tick(cluster, clock)  # pending -> prewarming
+
+    def die(*args, **kwargs):
+        raise WorkerKilled("worker killed after the reservation committed")
+
+    monkeypatch.setattr(placing, "_start", die)
+    with pytest.raises(WorkerKilled):
+        tick(cluster, clock)
+    monkeypatch.undo()
+    deployment = Deployment.objects.get()
+    orphan = deployment.placements.get(status=PlacementStatus.RESERVED)
+    assert len(cluster.list_objects("Deployment")) == 1  # the original's only: none for the orphan
+
+    for _ in range(40):
+        tick(cluster, clock)
+        rollout.refresh_from_db()
+        if rollout.status != RolloutStatus.RUNNING:
+            break
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    assert rollout.nodes.get().state == NodeState.SUCCEEDED
+    orphan.refresh_from_db()
+    assert orphan.status == PlacementStatus.RELEASED
+    # The original (released by the drain), the orphan (released), and one fresh copy that runs.
+    statuses = sorted(deployment.placements.values_list("replica_index", "status"))
+    assert [status for _, status in statuses].count(PlacementStatus.RELEASED) == 2
+    assert len(statuses) == 3
+    assert AuditEvent.objects.filter(verb="rolloutnode.replica_prewarmed").count() == 1
+    assert list(ready_replicas(cluster).values()) == [1]
+    check_invariants()
