@@ -18,6 +18,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from nodes.cluster.backends import get_cluster
@@ -32,6 +33,8 @@ from rollouts.steps import ACTOR, IN_FLIGHT, advance_node, cordon_batch, fail_no
 from rollouts.windows import hold_outside_window
 
 logger = logging.getLogger(__name__)
+
+PAUSED_FOR_IT = "paused_for_it"  # RolloutNode.progress: the rollout has paused for this failure
 
 FINISHED_NODES = (NodeState.SUCCEEDED, NodeState.SKIPPED, NodeState.FAILED, NodeState.ROLLED_BACK)
 
@@ -55,6 +58,8 @@ def advance_rollout(rollout: RollingUpdate, cluster: ClusterBackend, now: dateti
     steps = list(RolloutNode.objects.filter(rollout=rollout).order_by("batch_index", "node_name"))
     if rolls_back(rollout, steps):
         return advance_rollback(rollout, steps, cluster, now)
+    if _pause_for_failures(rollout):  # a tick that died between failing a node and pausing
+        return "node failed"
     open_steps = [s for s in steps if s.state not in FINISHED_NODES]
     if not open_steps:
         return _finish(rollout, steps)
@@ -71,9 +76,31 @@ def advance_rollout(rollout: RollingUpdate, cluster: ClusterBackend, now: dateti
         elif advance_node(step, rollout, cluster, now):
             if rollout.on_failure == OnFailure.ROLLBACK:
                 return "node failed: rolling back"  # from the next tick on (``rolls_back``)
-            move_rollout(rollout, RolloutStatus.PAUSED, actor=ACTOR, reason=f"{step.node_name} failed: {step.reason}")
+            _pause_for_failures(rollout)
             return "node failed"
     return f"batch {batch}"
+
+
+def _pause_for_failures(rollout: RollingUpdate) -> bool:
+    """With ``on_failure: pause``, pause for the failed nodes no pause has answered yet; whether it paused.
+
+    The pause and the mark on each node it answers are one transaction, so a worker killed after
+    a node failed but before the pause leaves the pause to the next tick, and a resumed rollout
+    does not pause again for the same node.
+    """
+    if rollout.on_failure != OnFailure.PAUSE:
+        return False
+    with transaction.atomic():
+        failed = [s for s in RolloutNode.objects.select_for_update().filter(rollout=rollout, state=NodeState.FAILED)
+                  .order_by("node_name") if not s.progress.get(PAUSED_FOR_IT)]
+        if not failed:
+            return False
+        reason = "; ".join(f"{s.node_name} failed: {s.reason}" for s in failed)
+        if not move_rollout(rollout, RolloutStatus.PAUSED, actor=ACTOR, reason=reason):
+            return False
+        for step in failed:
+            RolloutNode.objects.filter(pk=step.pk).update(progress={**step.progress, PAUSED_FOR_IT: True})
+    return True
 
 
 def _finish(rollout: RollingUpdate, steps: list[RolloutNode]) -> str:

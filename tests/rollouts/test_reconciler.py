@@ -19,6 +19,7 @@ from nodes.sharing.node_config import render_device_plugin_config
 from rollouts import steps
 from rollouts.choices import NodeState, RolloutStatus
 from rollouts.control import act
+from rollouts.restoring import fail_node
 from scheduler.models import Deployment, Placement
 from tests.rollouts.simulated import (
     EXCLUSIVE,
@@ -271,3 +272,31 @@ def test_a_node_proven_at_the_new_config_stays_cordoned_until_its_health_check_p
     assert "health check: waiting for the node to report Ready" in held_ticks[1:]
     first.refresh_from_db()
     assert first.state == NodeState.SUCCEEDED and "Ready, uncordoned" in first.reason
+
+
+def test_a_tick_that_died_between_failing_a_node_and_pausing_is_paused_by_the_next_one_once(settings):
+    settings.ROLLOUT_STEP_TIMEOUT_S = 600
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=3, deployments=1)
+    rollout = started(cluster, names=["gpu-1", "gpu-2", "gpu-3"])
+    first = rollout.nodes.get(batch_index=1)
+    tick(cluster, clock)
+    first.refresh_from_db()
+    # What advance_node did before the worker died: the node restored and failed; no pause yet.
+    fail_node(first, cluster, "the plugin crashed")
+    rollout.refresh_from_db()
+    assert rollout.status == RolloutStatus.RUNNING
+
+    tick(cluster, clock)
+
+    rollout.refresh_from_db()
+    assert rollout.status == RolloutStatus.PAUSED
+    assert rollout.message == f"{first.node_name} failed: the plugin crashed"
+    assert rollout.nodes.get(batch_index=2).state == NodeState.PENDING  # nothing else moved on
+    # Resumed, it goes on with the other nodes and does not pause again for the same failure.
+    act(rollout, "resume")
+    rollout = run(cluster, clock, rollout)
+    assert rollout.status == RolloutStatus.FAILED, rollout.message
+    assert sorted(rollout.nodes.values_list("state", flat=True)) == [
+        NodeState.FAILED, NodeState.SUCCEEDED, NodeState.SUCCEEDED]
+    assert AuditEvent.objects.filter(verb="rollingupdate.paused").count() == 1
