@@ -244,6 +244,22 @@ def test_a_bare_pod_skips_its_node_as_kubectl_drain_refuses_it_and_a_replica_set
     assert verbs_of(skipped)[-2:] == ["rolloutnode.restored", "rolloutnode.skipped"]
 
 
+def test_a_mirror_pod_is_left_on_its_node_as_kubectl_drain_leaves_it_and_the_node_is_changed():
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=1, deployments=0)
+    # A static pod the kubelet runs from a file: its mirror is owned by the Node, never evicted.
+    cluster.run_pod("kube-system", "gpu-burn-gpu-1", "gpu-1", resources={RESOURCE_GPU: 1}, gpus=[0],
+                    annotations={"kubernetes.io/config.mirror": "abc123"}, owner_kind="Node")
+    rollout = started(cluster, names=["gpu-1"])
+
+    rollout = run(cluster, clock, rollout)
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    assert node_named(cluster, "gpu-1").labels[LABEL_DEVICE_PLUGIN_CONFIG] == render_device_plugin_config(MPS_4)[0]
+    assert "kube-system/gpu-burn-gpu-1" in {pod.key for pod in cluster.list_gpu_pods()}
+    assert not AuditEvent.objects.filter(verb="rolloutnode.pod_evicted").exists()
+
+
 def test_a_do_not_disrupt_pod_arriving_while_pre_warming_gives_the_copies_up_again():
     clock = FakeClock()
     cluster = mps_cluster(clock, node_count=2, deployments=1)
