@@ -30,6 +30,7 @@ ENDPOINTS: tuple[tuple[str, str, str], ...] = (
     ("deployment-decision", "scheduler-api:deployment-list", "{pk}/decision/"),
     ("rollouts", "rollouts-api:rollout-list", ""),
     ("rollout", "rollouts-api:rollout-list", "{pk}/"),
+    ("rollout-events", "rollouts-api:rollout-list", "{pk}/events/"),
     ("rollout-preview", "rollouts-api:rollout-list", "preview/"),
     ("rollout-start", "rollouts-api:rollout-list", "{pk}/start/"),
     ("rollout-pause", "rollouts-api:rollout-list", "{pk}/pause/"),

@@ -36,5 +36,6 @@ class NodeState(LabelledStrEnum):
 
 # A rollout in one of these owns its nodes: no second rollout may target them.
 ACTIVE_STATUSES = (RolloutStatus.PENDING, RolloutStatus.RUNNING, RolloutStatus.PAUSED)
-# Nodes in these count as done for the progress bar.
-DONE_NODE_STATES = (NodeState.SUCCEEDED, NodeState.SKIPPED)
+# Nodes in these count as done for the progress bar: their work is finished, whichever way it ended
+# (a rolled-back node was taken back and proven at its previous config). A failed node is not done.
+DONE_NODE_STATES = (NodeState.SUCCEEDED, NodeState.SKIPPED, NodeState.ROLLED_BACK)

@@ -40,7 +40,7 @@ class RollingUpdate(models.Model):
 
     @property
     def progress_percent(self) -> float:
-        """Share of the target nodes that are done (changed, or skipped with a reason)."""
+        """Share of the target nodes that are done (changed, skipped with a reason, or rolled back)."""
         states = [node.state for node in self.nodes.all()]
         if not states:
             return 0.0

@@ -2,7 +2,7 @@
 
 pending -> prewarming (cordon, then a new replica of every gpuplane workload on the node placed
 elsewhere through the placement services, waited for until ready) -> draining (every pod but
-DaemonSet pods evicted through the Eviction API, a 429 backed off until ``retry_at``; the old
+DaemonSet and mirror pods evicted through the Eviction API, a 429 backed off until ``retry_at``; the old
 replicas released) -> reconfiguring (the config labels switched, the device plugin restarted) ->
 verifying (inventory proves the target: the applied config from GFD labels, allocatable, and on
 MIG ``mig.config.state=success``) -> uncordon -> succeeded.
@@ -19,8 +19,10 @@ plugin restarted on them, the pre-warmed copies given up again where the node ke
 uncordoned; the node is then failed.
 
 A pod marked do-not-disrupt (annotation or label ``gpuplane.io/do-not-disrupt=true``) on the node,
-found as pre-warming starts or before any eviction, skips the node: it is restored the same way
-(nothing on it was changed) and ``skipped`` with the reason, and the rollout goes on without it.
+or a bare pod (no controller owner: an eviction would delete it for good, so ``kubectl drain``
+refuses it without --force), found as pre-warming starts or before any eviction, skips the node: it
+is restored the same way (nothing on it was changed) and ``skipped`` with the reason, and the
+rollout goes on without it. DaemonSet and mirror pods are left where they are, as drains do.
 
 Rolling back (``rolling_back``: ``progress["rollback"]``) is the same steps towards the node's
 ``previous_config`` instead of the rollout's config, ending ``rolled-back`` instead of
@@ -61,6 +63,9 @@ from scheduler.services.placing import next_replica_index, place_replicas, relea
 __all__ = ["ACTOR", "IN_FLIGHT", "advance_node", "cordon_batch", "fail_node", "rolling_back", "skip_node"]
 
 MIG_STATE_SUCCESS = "success"
+# Mirror pods (static pods the kubelet runs from files): owned by their Node, marked by this annotation.
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+MIRROR_OWNER_KIND = "Node"
 MIG_STATE_FAILED = "failed"
 
 POD_EVICTED = "rolloutnode.pod_evicted"
@@ -76,7 +81,7 @@ class StepFailed(Exception):
 
 
 class StepSkipped(Exception):
-    """The node must be left as it is (a do-not-disrupt pod on it); the message says why."""
+    """The node must be left as it is (a do-not-disrupt or bare pod on it); the message says why."""
 
 
 def rolling_back(step: RolloutNode) -> bool:
@@ -87,7 +92,7 @@ def rolling_back(step: RolloutNode) -> bool:
 def advance_node(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend, now: datetime) -> bool:
     """Do the next piece of ``step``'s work; True when the node failed (and was restored) in this call.
 
-    A node skipped in this call (a do-not-disrupt pod) is restored too, but is no failure."""
+    A node skipped in this call (a do-not-disrupt or bare pod) is restored too, but is no failure."""
     try:
         if step.node_id is None:
             raise StepFailed("the node left the inventory")
@@ -255,19 +260,28 @@ def _target(step: RolloutNode, rollout: RollingUpdate) -> NodeConfig:
 
 
 def _pods_on(step: RolloutNode, cluster: ClusterBackend) -> list[ClusterPod]:
-    """The node's GPU pods a drain evicts (DaemonSet pods stay)."""
-    return [p for p in cluster.list_gpu_pods() if p.node_name == step.node_name and p.owner_kind != "DaemonSet"]
+    """The node's GPU pods a drain evicts: not DaemonSet pods, nor mirror pods (static pods the
+    kubelet runs from files, which the API cannot remove), as ``kubectl drain`` leaves them."""
+    return [p for p in cluster.list_gpu_pods() if p.node_name == step.node_name
+            and p.owner_kind not in ("DaemonSet", MIRROR_OWNER_KIND) and MIRROR_ANNOTATION not in p.annotations]
 
 
 def _check_disruptable(step: RolloutNode, pods: list[ClusterPod]) -> None:
     """StepSkipped when a pod on the node is marked do-not-disrupt (an annotation, or the label a
-    gpuplane deployment's labels give its pods): gpuplane never evicts it, so the node stays as it is."""
+    gpuplane deployment's labels give its pods): gpuplane never evicts it, so the node stays as it is.
+
+    So is a bare pod (no controller owner): evicting it deletes the workload for good, which is
+    why ``kubectl drain`` refuses it without --force."""
+    left = "left at the rollout's config" if rolling_back(step) else "nothing on it was changed"
     blockers = sorted(p.key for p in pods if "true" in (str(p.annotations.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower(),
                                                          str(p.labels.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower()))
     if blockers:
-        left = "left at the rollout's config" if rolling_back(step) else "nothing on it was changed"
         raise StepSkipped(f"holds do-not-disrupt pod {', '.join(blockers)}: gpuplane never evicts it, so the "
                           f"node is skipped ({left})")
+    bare = sorted(p.key for p in pods if not p.owner_kind)
+    if bare:
+        raise StepSkipped(f"holds pod {', '.join(bare)} with no controller: an eviction would delete it for good "
+                          f"(kubectl drain refuses it without --force), so the node is skipped ({left})")
 
 
 def _allocatable_matches(node: ClusterNode, target: NodeConfig) -> bool:

@@ -18,10 +18,11 @@ from django.views.generic import DetailView, FormView, ListView
 
 from gpuplane.roles import OPERATOR, has_role
 from gpuplane.web import RoleRequiredMixin, filter_list_context
-from lifecycle.audit import events_for, object_type_of
+from lifecycle.audit import object_type_of
 from rollouts.api.serializers import RollingUpdateSerializer
 from rollouts.choices import NodeState, RolloutStatus
 from rollouts.creating import RolloutRefused, create_rollout
+from rollouts.events import EVENT_LIMIT, rollout_events
 from rollouts.forms import RolloutFilterSet, RolloutForm
 from rollouts.models import RollingUpdate
 
@@ -111,7 +112,8 @@ class RolloutCreateView(RoleRequiredMixin, FormView):
 
 
 class RolloutDetailView(RoleRequiredMixin, DetailView):
-    """`/rollouts/<id>/`: overall progress, a bar per node, the audit trail; refreshed live."""
+    """`/rollouts/<id>/`: overall progress, a bar per node, the event log (the rollout's and its
+    nodes' audit events); refreshed live."""
 
     template_name = "rollouts/rollout_detail.html"
     context_object_name = "rollout"
@@ -131,7 +133,9 @@ class RolloutDetailView(RoleRequiredMixin, DetailView):
         context.update(
             data=data,
             badge=status_badge(rollout.status),
-            events=events_for(rollout),
+            events=rollout_events(rollout),
+            events_url=reverse("rollouts-api:rollout-events", args=[rollout.pk]),
+            event_limit=EVENT_LIMIT,
             can_operate=has_role(self.request.user, OPERATOR),
             actions=[(action, action in offered) for action in ACTIONS],
             poll_seconds=POLL_SECONDS,

@@ -1,4 +1,4 @@
-"""`/api/v1/rollouts/`: create (with its preview checked), dry-run preview, list, read.
+"""`/api/v1/rollouts/`: create (with its preview checked), dry-run preview, list, read, the event log.
 
 Thin: HTTP to ``rollouts.creating`` calls and their outcomes to status codes. 201 stored
 (pending); 400 invalid input (field messages; a config's reason per GPU model); 409 the preview
@@ -20,6 +20,7 @@ from rest_framework.viewsets import GenericViewSet
 from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import OPERATOR
 from gpuplane.strict_input import NoFieldsSerializer, StrictQueryParametersMixin
+from rollouts.api.events import RolloutEventSerializer
 from rollouts.api.serializers import (
     RollingUpdateSerializer,
     RolloutCreateSerializer,
@@ -29,6 +30,7 @@ from rollouts.api.serializers import (
 from rollouts.choices import RolloutStatus
 from rollouts.control import NotAllowed, act
 from rollouts.creating import InvalidRollout, RolloutRefused, RolloutRequest, create_rollout, validate_request
+from rollouts.events import EVENT_LIMIT, rollout_events
 from rollouts.models import RollingUpdate
 
 
@@ -93,6 +95,13 @@ class RollingUpdateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Str
         """Dry run: the batches, the workloads that will move and where, the capacity dip, what blocks it. Nothing is stored."""
         shown = self._request(request).preview()
         return Response(RolloutPreviewSerializer(shown.as_dict()).data)
+
+    @extend_schema(responses={200: RolloutEventSerializer(many=True)}, filters=False)
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        """The rollout's events and its nodes' (evictions, labels switched, restores, state moves), newest first; the latest 100."""
+        rollout = self.get_object()
+        return Response(RolloutEventSerializer(rollout_events(rollout, EVENT_LIMIT), many=True).data)
 
     def _act(self, request: Request, action_name: str) -> Response:
         rollout = self.get_object()

@@ -3,7 +3,8 @@
 - ``spec``: the deploy request (``DeploySpec``) and its validation;
 - ``deciding``: replicas through the placement core on a snapshot (and the default-scheduler rule);
 - ``capacity``: the placement lock, claiming and releasing partitions, namespace quotas;
-- ``placing``: ``place_replicas`` / ``release_replica``, the one way a replica gets or gives back capacity;
+- ``placing``: ``place_replicas``, the one way a replica gets capacity;
+- ``releasing``: ``release_replica``, the one way a replica of a live deployment gives it back;
 - ``execution``: creating, scaling and deleting workloads on the cluster;
 - ``watching``: watching placed deployments until they run, the sweeper, failing and releasing;
 - ``deploy``: the pipeline the API and the form call (``deploy``, ``delete_deployment``);
@@ -15,8 +16,9 @@ from scheduler.services.capacity import release_placements
 from scheduler.services.deciding import decide, placement_scheduler
 from scheduler.services.deploy import delete_deployment, deploy
 from scheduler.services.errors import DeployFailed, NoCapacity
-from scheduler.services.placing import next_replica_index, place_replicas, release_replica
+from scheduler.services.placing import next_replica_index, place_replicas
 from scheduler.services.reading import deployment_events, placement_summary
+from scheduler.services.releasing import release_replica
 from scheduler.services.spec import (
     DNS_LABEL_PATTERN,
     LABEL_VALUE_PATTERN,

@@ -7,8 +7,7 @@ was reserved. The deploy pipeline calls it for every replica of a new (still uns
 deployment, which is stored in the same transaction as its reservations, so a request that does
 not fit stores nothing; rolling updates, consolidation and autoscaling call it for replicas of an
 existing deployment, under new replica indexes (a released placement keeps its row and index, so
-history stays readable). ``release_replica`` removes one replica: its pod (scaling its workload
-down, or deleting it when it was the last replica there) and then its partitions.
+history stays readable). ``release_replica`` (from ``releasing``) removes one replica.
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from gpuplane.observability import PLACEMENT_DECISION_SECONDS
 from lifecycle.audit import AuditEntry, record, record_many
 from lifecycle.transitions import transition
 from nodes.cluster.backends import get_cluster
-from nodes.cluster.base import ClusterBackend, ClusterError, NotFound
+from nodes.cluster.base import ClusterBackend, ClusterError
 from scheduler.adapters import build_snapshot, namespace_quota
 from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
 from scheduler.core.wording import counted
@@ -41,14 +40,17 @@ from scheduler.services.capacity import (
 from scheduler.services.deciding import ReplicaPlan, decide, placement_scheduler
 from scheduler.services.errors import CapacityConflict, DeployFailed, NoCapacity
 from scheduler.services.execution import create_workloads, delete_workloads, specs_for
+from scheduler.services.releasing import ACTIVE_PLACEMENT, release_replica
 from scheduler.services.spec import DeploySpec, spec_of
 from scheduler.services.watching import ACTIVE, enqueue_watch, fail_deployment
 from scheduler.workloads import group_placements
 
 logger = logging.getLogger(__name__)
 
+# release_replica lives in ``releasing`` (``watching`` needs it too); callers may keep importing it here.
+__all__ = ["ACTIVE_PLACEMENT", "next_replica_index", "place_replicas", "release_all", "release_replica"]
+
 MAX_ATTEMPTS = 5
-ACTIVE_PLACEMENT = (PlacementStatus.RESERVED, PlacementStatus.BINDING, PlacementStatus.RUNNING)
 
 
 def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, spec: DeploySpec | None = None,
@@ -88,40 +90,6 @@ def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, sp
     _start(deployment, placements, backend, new=new)
     return list(Placement.objects.filter(pk__in=[p.pk for p in placements]).select_related("node")
                 .order_by("replica_index"))
-
-
-def release_replica(deployment: Deployment, replica_index: int, *, user: Any = None, reason: str = "",
-                    cluster: ClusterBackend | None = None) -> bool:
-    """Remove one replica: its pod from the cluster, then its partitions; False if it holds nothing.
-
-    Its workload is scaled down to the replicas that stay there, or deleted when it was the
-    last. ``ClusterError`` propagates with nothing released (the pod may still use the GPUs).
-    The placement's row stays locked from before its workload goes until it is released, so a
-    watch that finds the workload gone can wait for the row and tell a release from a workload
-    that vanished (``watching``); of two racing releases of one replica, the second then finds
-    it released and touches nothing.
-    """
-    backend = cluster if cluster is not None else get_cluster()
-    with transaction.atomic():
-        placement = deployment.placements.select_for_update().filter(
-            replica_index=replica_index, status__in=ACTIVE_PLACEMENT).first()
-        if placement is None:
-            return False
-        if placement.workload_name:
-            staying = deployment.placements.filter(workload_name=placement.workload_name,
-                                                   status__in=ACTIVE_PLACEMENT).exclude(pk=placement.pk).count()
-            try:
-                if staying:
-                    backend.scale_workload(deployment.namespace, placement.workload_name, staying)
-                else:
-                    backend.delete_workload(deployment.namespace, placement.workload_name)
-            except NotFound:
-                pass
-        Placement.objects.filter(pk=placement.pk).update(status=PlacementStatus.RELEASED)
-        released = release_placements([placement.pk])
-        record("placement.released", placement, actor=user, reason=reason or "replica removed",
-               before={"status": placement.status, "partitions": released}, after={"status": "released"})
-    return True
 
 
 def release_all(deployment: Deployment, *, user: Any = None, reason: str = "") -> int:
@@ -272,8 +240,10 @@ def _placement_facts(placement: Placement, plan: ReplicaPlan) -> dict[str, Any]:
 def _start(deployment: Deployment, placements: list[Placement], cluster: ClusterBackend, *, new: bool) -> None:
     """Create the workloads of ``placements``; on failure undo them and release (``DeployFailed``).
 
-    A new deployment moves PENDING -> PLACED; one that gained replicas moves back to PLACED until
-    the watch sees every workload ready. Either way the watch is enqueued after commit.
+    A new deployment moves PENDING -> PLACED. One that gained replicas moves back to PLACED until
+    the watch sees every workload ready, unless all its desired replicas run already: then it
+    stays RUNNING (it never stopped serving) and only the new replicas wait for the watch. Either
+    way the watch is enqueued after commit.
     """
     for placement in placements:
         placement.deployment = deployment
@@ -297,9 +267,14 @@ def _start(deployment: Deployment, placements: list[Placement], cluster: Cluster
 
     from_statuses = [DeploymentStatus.PENDING] if new else [DeploymentStatus.PLACED, DeploymentStatus.RUNNING]
     with transaction.atomic():
-        placed = transition(Deployment, deployment.pk, from_statuses, DeploymentStatus.PLACED, actor="system:scheduler",
-                            reason=_placed_message(loaded),
-                            values={"placed_at": timezone.now(), "message": _placed_message(loaded)})
+        if not new and _serving(deployment):
+            # Every desired replica is ready: the deployment keeps serving, so it stays RUNNING while
+            # the extra replica (a copy) starts; the watch marks that replica running once ready.
+            placed = True
+        else:
+            placed = transition(Deployment, deployment.pk, from_statuses, DeploymentStatus.PLACED,
+                                actor="system:scheduler", reason=_placed_message(loaded),
+                                values={"placed_at": timezone.now(), "message": _placed_message(loaded)})
         if placed:
             Placement.objects.filter(pk__in=[p.pk for p in loaded], status=PlacementStatus.RESERVED).update(
                 status=PlacementStatus.BINDING)
@@ -314,6 +289,13 @@ def _start(deployment: Deployment, placements: list[Placement], cluster: Cluster
     deployment_id = deployment.pk
     transaction.on_commit(lambda: enqueue_watch(deployment_id), robust=True)
     deployment.refresh_from_db()
+
+
+def _serving(deployment: Deployment) -> bool:
+    """True when the stored deployment is RUNNING with at least its desired replicas running (locked
+    against a concurrent status change until the caller's transaction ends)."""
+    row = Deployment.objects.select_for_update().filter(pk=deployment.pk, status=DeploymentStatus.RUNNING).first()
+    return row is not None and row.placements.filter(status=PlacementStatus.RUNNING).count() >= row.replicas
 
 
 def _undo(deployment: Deployment, placements: list[Placement], message: str, *, new: bool) -> None:

@@ -19,10 +19,11 @@ from typing import Any
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from lifecycle.audit import SYSTEM_WATCHER
+from lifecycle.audit import SYSTEM_WATCHER, record
 from lifecycle.transitions import transition
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError, NotFound
@@ -30,6 +31,7 @@ from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.models import Deployment, Placement
 from scheduler.services.capacity import release_placements
 from scheduler.services.execution import ACTIVE_PLACEMENT_STATUSES, delete_workloads, workload_names
+from scheduler.services.releasing import ACTIVE_PLACEMENT, release_replica
 
 logger = logging.getLogger(__name__)
 
@@ -78,26 +80,36 @@ def watch_deployment(deployment_id: int, *, cluster: ClusterBackend | None = Non
     - "failed": not ready ``DEPLOYMENT_WATCH_TIMEOUT_S`` after placement (or never placed that
       long after creation, e.g. the deploying process died), or a workload vanished: its
       workloads are deleted, everything is released and it is FAILED.
+    - A RUNNING deployment that gained replicas (a copy pre-warmed elsewhere) stays RUNNING: each
+      new replica is marked running once its workload is ready ("running" when none is left
+      starting, else "waiting"); one not ready within the timeout is released alone.
     - "gone" / another status: nothing to do (deleted, failed, already running).
     ``ClusterError`` (other than a vanished workload) propagates, so the caller retries.
-    Every look at a pending or placed deployment sets its ``watched_at`` to ``now`` (the
+    Every look at a pending, placed or starting deployment sets its ``watched_at`` to ``now`` (the
     sweeper leaves deployments looked at within the watch interval to their watch task).
     """
     deployment = Deployment.objects.filter(pk=deployment_id).first()
     if deployment is None:
         return WATCH_GONE
-    if deployment.status not in (DeploymentStatus.PENDING, DeploymentStatus.PLACED):
+    starting = deployment.status == DeploymentStatus.RUNNING and _starting(deployment).exists()
+    if deployment.status not in (DeploymentStatus.PENDING, DeploymentStatus.PLACED) and not starting:
         return str(deployment.status)
     backend = cluster if cluster is not None else get_cluster()
     now = now or timezone.now()
     # Recorded before asking the cluster: an unreachable cluster was looked at too (the watch
     # task retries it on its own); update() leaves updated_at, the last status change, alone.
     Deployment.objects.filter(pk=deployment.pk).update(watched_at=now)
+    if starting:
+        return _watch_extra_replicas(deployment, backend, now)
     timeout = timedelta(seconds=settings.DEPLOYMENT_WATCH_TIMEOUT_S)
     names = workload_names(deployment, active_only=True)
     if deployment.status == DeploymentStatus.PLACED:
         try:
-            ready = all(backend.workload_ready(deployment.namespace, name) for name in names)
+            # The workloads of its live replicas: a released one's workload is gone by design.
+            live = dict.fromkeys(Placement.objects.filter(deployment_id=deployment.pk, status__in=ACTIVE_PLACEMENT)
+                                 .exclude(workload_name="").order_by("replica_index")
+                                 .values_list("workload_name", flat=True))
+            ready = all(backend.workload_ready(deployment.namespace, name) for name in live)
         except NotFound as error:
             if _released_meanwhile(deployment, names):
                 return WATCH_WAITING
@@ -134,9 +146,44 @@ def _released_meanwhile(deployment: Deployment, names: list[str]) -> bool:
         return workload_names(deployment, active_only=True) != names
 
 
+def _starting(deployment: Deployment) -> QuerySet[Placement]:
+    """Its replicas whose workloads were created but not yet seen ready."""
+    return Placement.objects.filter(deployment_id=deployment.pk, status=PlacementStatus.BINDING)
+
+
+def _watch_extra_replicas(deployment: Deployment, backend: ClusterBackend, now: datetime) -> str:
+    """A RUNNING deployment gained replicas (a copy pre-warmed elsewhere): it stays RUNNING, each
+    new replica is marked running once its workload is ready. One not ready
+    ``DEPLOYMENT_WATCH_TIMEOUT_S`` after it was placed, or whose workload vanished, is released
+    alone: the deployment goes on serving from the others."""
+    timeout = timedelta(seconds=settings.DEPLOYMENT_WATCH_TIMEOUT_S)
+    waiting = False
+    for placement in _starting(deployment).order_by("replica_index"):
+        try:
+            ready = bool(placement.workload_name) and backend.workload_ready(deployment.namespace,
+                                                                             placement.workload_name)
+        except NotFound:
+            ready, placement.created_at = False, now - timeout  # vanished: give it up now
+        if ready:
+            with transaction.atomic():
+                if Placement.objects.filter(pk=placement.pk, status=PlacementStatus.BINDING).update(
+                        status=PlacementStatus.RUNNING):
+                    record("placement.running", placement, actor=SYSTEM_WATCHER, reason="its workload is ready",
+                           before={"status": PlacementStatus.BINDING.value},
+                           after={"status": PlacementStatus.RUNNING.value})
+        elif now - placement.created_at >= timeout:
+            release_replica(deployment, placement.replica_index, user=SYSTEM_WATCHER, cluster=backend,
+                            reason=f"its workload was not ready {settings.DEPLOYMENT_WATCH_TIMEOUT_S} s after "
+                                   "placement; the deployment serves from its other replicas")
+        else:
+            waiting = True
+    return WATCH_WAITING if waiting else WATCH_RUNNING
+
+
 def sweep_deployments(now: datetime | None = None, *, cluster: ClusterBackend | None = None,
                       limit: int = SWEEP_BATCH) -> dict[int, str]:
-    """Watch every pending or placed deployment nobody has looked at for a watch interval.
+    """Watch every pending or placed deployment, or running one with replicas starting, nobody has
+    looked at for a watch interval.
 
     The safety net of the watch task: a watch that was never enqueued (the broker was down), or
     whose retries ran out, or whose worker died, still ends in RUNNING, or in FAILED with every
@@ -149,7 +196,9 @@ def sweep_deployments(now: datetime | None = None, *, cluster: ClusterBackend | 
     now = now or timezone.now()
     stale_before = now - timedelta(seconds=settings.DEPLOYMENT_WATCH_INTERVAL_S)
     due = list(
-        Deployment.objects.filter(status__in=(DeploymentStatus.PENDING, DeploymentStatus.PLACED))
+        Deployment.objects.filter(Q(status__in=(DeploymentStatus.PENDING, DeploymentStatus.PLACED))
+                                  | Q(status=DeploymentStatus.RUNNING, placements__status=PlacementStatus.BINDING))
+        .distinct()
         .annotate(last_look=Coalesce("watched_at", "created_at"))
         .filter(last_look__lte=stale_before)
         .order_by("last_look", "pk")

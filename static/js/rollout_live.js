@@ -1,5 +1,6 @@
-/* The rollout page, live: every few seconds it reads /api/v1/rollouts/<id>/ and the rollout's
-   audit events, and redraws the status, the progress, a bar per node and the trail from them, so
+/* The rollout page, live: every few seconds it reads /api/v1/rollouts/<id>/ and its events/ (the
+   rollout's and its nodes' audit events, newest first), and redraws the status, the progress, a bar
+   per node and the event log from them, so
    every number shown is the API's. The action buttons POST to /api/v1/rollouts/<id>/<action>/
    with the page's CSRF cookie; a refusal (404, 409, ...) is shown, not hidden. Plain JS. */
 (function () {
@@ -9,7 +10,7 @@
   if (!root || !wordsNode) { return; }
   var words = JSON.parse(wordsNode.textContent);
   var apiUrl = root.dataset.apiUrl;
-  var auditUrl = root.dataset.auditUrl;
+  var eventsUrl = root.dataset.eventsUrl;
   var pollMs = 1000 * (parseFloat(root.dataset.pollSeconds) || 3);
 
   function cookie(name) {
@@ -83,8 +84,7 @@
     });
   }
 
-  function drawEvents(page) {
-    var events = page.results || page;
+  function drawEvents(events) {
     var body = document.querySelector("#rollout-events tbody");
     if (!events.length) { return; }
     body.replaceChildren.apply(body, events.map(function (event) {
@@ -94,6 +94,7 @@
       time.dateTime = event.at;
       when.appendChild(time);
       row.appendChild(when);
+      row.appendChild(cell("td", event.node || "—"));
       row.appendChild(cell("td", event.actor));
       var verb = document.createElement("td");
       verb.appendChild(cell("code", event.verb));
@@ -111,7 +112,7 @@
   }
 
   function refresh() {
-    return Promise.all([getJson(apiUrl), getJson(auditUrl)]).then(function (both) {
+    return Promise.all([getJson(apiUrl), getJson(eventsUrl)]).then(function (both) {
       drawRollout(both[0]);
       drawEvents(both[1]);
       root.dataset.refreshed = String(Date.now());

@@ -6,10 +6,11 @@ deployments run on the demo's MPS R=2 nodes; the operator creates "MPS R=4 on bo
 (preview, create) and presses Start. The test then plays Celery's part: each tick runs the rollout
 reconciler and the deployment watch, as beat and the worker would, and between ticks a checker reads
 every one of those deployments through the REST API (status, running replicas) and counts its ready
-pods in the cluster. A deployment gaining its pre-warmed copy reads "placed" until the watch sees the
-copy ready (scheduler.services.placing), so the checker takes "placed" only together with a running
-replica and every ready pod still there. The page is never reloaded: its progress and status change
-by its own polling.
+pods in the cluster: every one reads "running" at every tick, gaining its pre-warmed copy included
+(scheduler.services.placing keeps a deployment whose desired replicas all run "running" while a copy
+starts). The demo's own pods on those nodes have ReplicaSet owners: evicted, they come back elsewhere
+(the simulator's ReplicaSet controller). The page is never reloaded: its progress, status and event
+log (with the nodes' events) change by its own polling.
 A viewer watches the same page, without a Start button, and the API refuses her a start (403).
 """
 from __future__ import annotations
@@ -23,18 +24,19 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
+from django.db.models import Q
 from playwright.sync_api import APIResponse, Browser, Page, expect
 
 from lifecycle.models import AuditEvent
 from nodes.cluster.sim import SimulatedCluster
-from nodes.contract import LABEL_DEPLOYMENT, LABEL_GPU_REPLICAS, RESOURCE_GPU
+from nodes.contract import LABEL_APP_NAME, LABEL_DEPLOYMENT, LABEL_GPU_REPLICAS, RESOURCE_GPU
 from nodes.inventory.sync import sync_inventory
 from nodes.models import Node
 from rollouts.choices import NodeState, RolloutStatus
 from rollouts.models import RollingUpdate
 from rollouts.reconciler import reconcile
 from scheduler import services
-from scheduler.choices import DeploymentStatus
+from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.models import Deployment
 from scheduler.services import DeploySpec
 from scheduler.services.watching import watch_deployment
@@ -86,9 +88,10 @@ def ready_pods(cluster: SimulatedCluster) -> Counter[str]:
 
 def tick(cluster: SimulatedCluster) -> None:
     """What Celery does on the server: a reconciler tick (beat), then the watch of every deployment
-    being started (the worker's watch task)."""
+    being started or starting a replica (the worker's watch task)."""
     reconcile(cluster=cluster)
-    for pk in Deployment.objects.filter(status=DeploymentStatus.PLACED).values_list("pk", flat=True):
+    starting = Q(status=DeploymentStatus.PLACED) | Q(placements__status=PlacementStatus.BINDING)
+    for pk in Deployment.objects.filter(starting).distinct().values_list("pk", flat=True):
         watch_deployment(pk, cluster=cluster)
 
 
@@ -104,6 +107,10 @@ def test_an_operator_starts_a_rollout_on_the_demo_cluster_and_watches_it_finish_
     base = live_server.url
     watched = {str(pk): replicas for pk, replicas in Deployment.objects.values_list("pk", "replicas")}
     assert len(watched) == 2
+    # The demo's own pods on the target nodes (other teams', ReplicaSet-owned): evicted, they come back.
+    theirs = {pod.key: pod.labels[LABEL_APP_NAME] for pod in demo.list_gpu_pods()
+              if pod.node_name in TARGETS and LABEL_DEPLOYMENT not in pod.labels}
+    assert len(theirs) == 3
 
     # The operator creates the rollout in the form: preview first, then create.
     sign_in(page, base, OPERATOR_NAME)
@@ -153,9 +160,8 @@ def test_an_operator_starts_a_rollout_on_the_demo_cluster_and_watches_it_finish_
             for pk, replicas in watched.items():
                 body = page.request.get(f"{base}/api/v1/deployments/{pk}/").json()
                 running = [p for p in body["placements"] if p["status"] == "running"]
-                # Running, or "placed" for the moments its pre-warmed copy starts: still serving from
-                # a running replica then, never failed or released.
-                assert body["status"] == "running" or (body["status"] == "placed" and running), body
+                # Running at every tick: gaining a pre-warmed copy does not make it "placed".
+                assert body["status"] == "running", body
                 assert len(running) >= replicas, f"{body['name']}: {len(running)} running replica(s)"
                 assert ready[pk] >= replicas, f"{body['name']} had {ready[pk]} ready pod(s)"
             rollout.refresh_from_db()
@@ -180,7 +186,12 @@ def test_an_operator_starts_a_rollout_on_the_demo_cluster_and_watches_it_finish_
                 expect(row.locator(".meter__text")).to_have_text("100 %")
             assert watching.evaluate("window.notReloaded") is True
         expect(page.get_by_role("button", name="Pause")).to_be_hidden()
-        expect(page.locator("#rollout-events tbody")).to_contain_text("rollingupdate.succeeded")
+        log = page.locator("#rollout-events tbody")
+        expect(log).to_contain_text("rollingupdate.succeeded")
+        # The nodes' events too, each with its node: evictions, the label switch.
+        for verb in ("rolloutnode.pod_evicted", "rolloutnode.labels_switched", "rolloutnode.succeeded"):
+            for name in TARGETS:
+                expect(log.locator("tr", has_text=verb).filter(has_text=name).first).to_be_visible()
         page.screenshot(path=tmp_path / "demo-rollout-done.png", full_page=True)
         viewer_page.screenshot(path=tmp_path / "demo-rollout-viewer.png", full_page=True)
     finally:
@@ -194,3 +205,9 @@ def test_an_operator_starts_a_rollout_on_the_demo_cluster_and_watches_it_finish_
     assert set(Node.objects.filter(name__in=TARGETS).values_list("sharing_replicas", flat=True)) == {4}
     assert set(Deployment.objects.values_list("status", flat=True)) == {DeploymentStatus.RUNNING}
     assert AuditEvent.objects.filter(verb="rolloutnode.pod_evicted").exists()
+    # The demo's pods were evicted and recreated by their ReplicaSets elsewhere, each ready again.
+    time.sleep(POD_READY_S + 0.2)
+    now = [pod for pod in demo.list_gpu_pods() if LABEL_DEPLOYMENT not in pod.labels]
+    assert not set(theirs) & {pod.key for pod in now}
+    back = Counter(pod.labels.get(LABEL_APP_NAME) for pod in now if pod.ready and pod.key not in theirs)
+    assert all(back[app] >= count for app, count in Counter(theirs.values()).items()), back

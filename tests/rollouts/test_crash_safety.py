@@ -116,7 +116,7 @@ def seeded_cluster(state_path: str) -> SimulatedCluster:
     the MIG manager has nothing to do (its own tests cover it), so a step waits only on pods."""
     SimulatedCluster(state_path).reset()
     # A clock a minute behind: pods bound then are Ready by now, the MIG manager long settled.
-    settled = SimulatedCluster(state_path, clock=lambda: time.time() - 60)
+    settled = SimulatedCluster(state_path, clock=lambda: time.time() - 60, mig_reconfigure_s=0, plugin_restart_s=0)
     for config in (MPS_2, MPS_4):
         settled.set_device_plugin_config(*render_device_plugin_config(config))
     labels = {LABEL_DEVICE_PLUGIN_CONFIG: render_device_plugin_config(MPS_2)[0], LABEL_MIG_CONFIG: mig_config_name(MPS_2)}

@@ -59,7 +59,8 @@ def test_an_eviction_a_pdb_refuses_is_backed_off_and_retried_until_the_budget_al
     clock = FakeClock()
     cluster = mps_cluster(clock, node_count=2, deployments=0)
     # An ETL pod on gpu-1 whose budget wants one healthy pod: it cannot go before a second one is up.
-    cluster.run_pod("batch", "etl-0", "gpu-1", resources={RESOURCE_GPU: 1}, gpus=[0], labels={"app": "etl"})
+    cluster.run_pod("batch", "etl-0", "gpu-1", resources={RESOURCE_GPU: 1}, gpus=[0], labels={"app": "etl"},
+                    owner_kind="ReplicaSet")
     cluster.add_pdb("batch", "etl", {"app": "etl"}, min_available=1)
     sync_inventory(cluster)
     rollout = started(cluster, names=["gpu-1"])
@@ -77,7 +78,8 @@ def test_an_eviction_a_pdb_refuses_is_backed_off_and_retried_until_the_budget_al
     assert "batch/etl-0" in {pod.key for pod in cluster.list_gpu_pods()}
 
     # A second ETL pod comes up elsewhere: the budget allows the eviction at the next retry.
-    cluster.run_pod("batch", "etl-1", "gpu-2", resources={RESOURCE_GPU: 1}, gpus=[0], labels={"app": "etl"})
+    cluster.run_pod("batch", "etl-1", "gpu-2", resources={RESOURCE_GPU: 1}, gpus=[0], labels={"app": "etl"},
+                    owner_kind="ReplicaSet")
     rollout = run(cluster, clock, rollout)
 
     assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
@@ -213,6 +215,54 @@ def test_a_do_not_disrupt_pod_skips_its_node_with_a_reason_and_the_others_succee
                 or e.object_id == str(skipped.pk)]
     assert verbs_of(skipped)[-2:] == ["rolloutnode.restored", "rolloutnode.skipped"]
     assert rollout.progress_percent == 100.0
+
+
+def test_a_bare_pod_skips_its_node_as_kubectl_drain_refuses_it_and_a_replica_set_pod_is_evicted_and_recreated():
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=3, deployments=1)
+    # gpu-2 runs a pod nobody recreates; gpu-3 one its ReplicaSet recreates after the eviction.
+    cluster.run_pod("dev", "notebook", "gpu-2", resources={RESOURCE_GPU: 1}, gpus=[0])
+    cluster.run_pod("batch", "etl-0", "gpu-3", resources={RESOURCE_GPU: 1}, gpus=[0], labels={"app": "etl"},
+                    owner_kind="ReplicaSet")
+    sync_inventory(cluster)
+    rollout = started(cluster, names=["gpu-1", "gpu-2", "gpu-3"])
+
+    rollout = run(cluster, clock, rollout, check=served_and_within(cluster))
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    skipped = rollout.nodes.get(node_name="gpu-2")
+    assert skipped.state == NodeState.SKIPPED
+    assert skipped.reason == ("holds pod dev/notebook with no controller: an eviction would delete it for good "
+                              "(kubectl drain refuses it without --force), so the node is skipped (nothing on it "
+                              "was changed)")
+    assert {s.node_name for s in rollout.nodes.filter(state=NodeState.SUCCEEDED)} == {"gpu-1", "gpu-3"}
+    node = node_named(cluster, "gpu-2")
+    assert node.labels[LABEL_DEVICE_PLUGIN_CONFIG] == MPS_2_LABEL and not node.unschedulable
+    pods = {pod.key: pod for pod in cluster.list_gpu_pods()}
+    assert pods["dev/notebook"].node_name == "gpu-2" and pods["dev/notebook"].ready
+    evicted = [e.reason for e in AuditEvent.objects.filter(verb="rolloutnode.pod_evicted")]
+    assert "batch/etl-0 evicted through the Eviction API" in evicted
+    assert not [reason for reason in evicted if "notebook" in reason]
+    # The ReplicaSet's pod came back under a new name, off the node being changed.
+    (etl,) = [pod for pod in pods.values() if pod.labels.get("app") == "etl"]
+    assert etl.name != "etl-0" and etl.node_name not in ("", "gpu-3")
+    assert verbs_of(skipped)[-2:] == ["rolloutnode.restored", "rolloutnode.skipped"]
+
+
+def test_a_mirror_pod_is_left_on_its_node_as_kubectl_drain_leaves_it_and_the_node_is_changed():
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=1, deployments=0)
+    # A static pod the kubelet runs from a file: its mirror is owned by the Node, never evicted.
+    cluster.run_pod("kube-system", "gpu-burn-gpu-1", "gpu-1", resources={RESOURCE_GPU: 1}, gpus=[0],
+                    annotations={"kubernetes.io/config.mirror": "abc123"}, owner_kind="Node")
+    rollout = started(cluster, names=["gpu-1"])
+
+    rollout = run(cluster, clock, rollout)
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    assert node_named(cluster, "gpu-1").labels[LABEL_DEVICE_PLUGIN_CONFIG] == render_device_plugin_config(MPS_4)[0]
+    assert "kube-system/gpu-burn-gpu-1" in {pod.key for pod in cluster.list_gpu_pods()}
+    assert not AuditEvent.objects.filter(verb="rolloutnode.pod_evicted").exists()
 
 
 def test_a_do_not_disrupt_pod_arriving_while_pre_warming_gives_the_copies_up_again():

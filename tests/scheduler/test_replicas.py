@@ -56,7 +56,8 @@ def test_an_added_replica_gets_capacity_its_own_workload_and_is_watched_to_runni
     assert placement.workload_name == f"chat-{deployment.pk}-r2"
     assert workloads(cluster) == {**before, placement.workload_name: 1}
     deployment.refresh_from_db()
-    assert deployment.status == DeploymentStatus.PLACED  # until the new workload is ready
+    # Both desired replicas still run: the deployment stays running while the extra one starts.
+    assert deployment.status == DeploymentStatus.RUNNING
     assert deployment.decisions.filter(replica_index=2).count() == 1
     check_invariants()
 

@@ -10,6 +10,7 @@ through `nodes.cluster.parsing`, so the control plane reads it exactly as it rea
 - `objects`: lookups, pod bookkeeping, conditions, events (every pod removal, by how) and generated names;
 - `scheduling`: the default scheduler, kubelet admission and readiness, cordon / uncordon;
 - `workloads`: Deployments and the ReplicaSet controller (deleted or evicted pods come back);
+- `replica_sets`: the ReplicaSets of other teams' pods, which come back after an eviction too;
 - `eviction`: the Eviction API with PodDisruptionBudgets;
 - `device_plugin`: the device plugin's ConfigMap (applies on plugin restart only, a delay after it) and GFD labels;
 - `mig_manager`: mig-parted configs, `nvidia.com/mig.config.state` pending -> success / failed;

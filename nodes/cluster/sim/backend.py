@@ -23,6 +23,7 @@ from nodes.cluster.sim import (
     faults,
     fixtures,
     mig_manager,
+    replica_sets,
     scheduling,
     workloads,
 )
@@ -268,7 +269,8 @@ class SimulatedCluster:
     ) -> None:
         """Add a pod someone else created, already bound to `node` and Running (`fixtures.run_pod`).
 
-        It is Ready when `ready` (otherwise Running but not Ready until `set_pod_ready`). Raises
+        With `owner_kind="ReplicaSet"` its ReplicaSet recreates it, under a new name and unbound,
+        when it is evicted or deleted (`replica_sets`). It is Ready when `ready` (otherwise Running but not Ready until `set_pod_ready`). Raises
         NotFound for an unknown node, ClusterError when the pod exists.
         """
         with self._transaction() as state:
@@ -364,6 +366,7 @@ class SimulatedCluster:
         mig_manager.finish_reconfigurations(state, now, self.mig_reconfigure_s)
         device_plugin.finish_restarts(state, now)
         workloads.reconcile_deployments(state, now)
+        replica_sets.reconcile_replica_sets(state, now)
         scheduling.schedule_pending(state, now)
         scheduling.start_bound_pods(state, now, self.pod_ready_delay_s)
         workloads.update_deployment_status(state)

@@ -3,7 +3,8 @@
 As in Kubernetes: DaemonSet pods are left alone (drains skip them), a pod matched by several
 budgets cannot be evicted, and a budget blocks an eviction (HTTP 429) that would leave fewer
 healthy pods than its minAvailable. Pending, Succeeded and Failed pods ignore budgets. An evicted
-Deployment pod is recreated by its ReplicaSet under a new name (see `workloads`). Each eviction
+Deployment pod is recreated by its ReplicaSet under a new name (see `workloads`), and so is another
+team's pod with a ReplicaSet owner (`replica_sets`); a bare pod is gone for good. Each eviction
 is an `Evicted` event in the record, told apart from every other way a pod can go.
 """
 from __future__ import annotations

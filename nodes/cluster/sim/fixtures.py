@@ -13,6 +13,7 @@ from nodes.cluster.sim.device_plugin import discovered_labels, install_device_pl
 from nodes.cluster.sim.gpus import gpu_uuid
 from nodes.cluster.sim.mig_manager import start_reconfiguration
 from nodes.cluster.sim.objects import add_pod, find_node, mark_running, phase, set_condition, timestamp
+from nodes.cluster.sim.replica_sets import OWNER_KIND, adopt_pod
 from nodes.cluster.sim.store import State
 from nodes.contract import (
     ANNOTATION_ASSIGNED_GPUS,
@@ -118,7 +119,8 @@ def run_pod(
     """Add a pod someone else created, already bound to `node` and Running (Ready when `ready`).
 
     `gpus`, `share_milli` and `mig_start` become the gpuplane.io/gpus ("0,1"), share-milli and
-    mig-start annotations; `owner_kind` ("DaemonSet", ...) gives it an owner reference. No
+    mig-start annotations; `owner_kind` ("DaemonSet", ...) gives it an owner reference; a
+    "ReplicaSet" owner recreates it after an eviction or deletion (`replica_sets`). No
     capacity check: the pod is already there. Raises NotFound for an unknown node, ClusterError
     when the pod exists.
     """
@@ -158,6 +160,9 @@ def run_pod(
     }
     add_pod(state, key, pod, deployment=None)
     mark_running(pod, now, ready=ready)
+    if owner_kind == OWNER_KIND:
+        # Its ReplicaSet recreates it once it is evicted or deleted (`replica_sets`).
+        adopt_pod(state, key)
 
 
 def set_pod_ready(state: State, now: float, namespace: str, name: str, ready: bool) -> None:
