@@ -118,7 +118,6 @@ def test_it_answers_404_for_an_unknown_node(viewer_api, fleet):
         ("has_free_gpu=true", ["a100-c", "h100-b.example.com", "l4-d"]),
         ("has_free_gpu=false", ["h100-a"]),
         ("ready=true&cordoned=false&sharing_mode=exclusive&sharing_mode=mps", ["a100-c", "h100-a"]),
-        ("ready=", ["a100-c", "h100-a", "h100-b.example.com", "l4-d"]),
     ],
 )
 def test_it_filters_nodes(viewer_api, fleet, query, expected):
@@ -198,6 +197,7 @@ def test_it_defaults_to_pages_of_50(viewer_api, db):
     [
         ("ready=maybe", "ready"),
         ("ready=2", "ready"),
+        ("ready=", "ready"),  # the schema's boolean has no empty value: leave the parameter out
         ("cordoned=yes please", "cordoned"),
         ("has_free_gpu=perhaps", "has_free_gpu"),
         ("sharing_mode=bogus", "sharing_mode"),

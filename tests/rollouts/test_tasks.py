@@ -1,6 +1,7 @@
 """The reconciler's beat task: scheduled every ROLLOUT_RECONCILE_INTERVAL_S, one tick at a time."""
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -42,6 +43,20 @@ def lock_held_elsewhere() -> Iterator[None]:
         yield
     finally:
         other.close()  # what a killed worker's connection does: the server drops its lock
+        _wait_until_the_server_dropped_it()
+
+
+def _wait_until_the_server_dropped_it(timeout_s: float = 10.0) -> None:
+    """The server drops a closed session's locks as its backend process exits, which on a loaded
+    machine can lag the client's close by a moment: wait for that, not for any expiry."""
+    deadline = time.monotonic() + timeout_s
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = %s",
+                           [advisory_key(RECONCILE_LOCK_KEY)])
+            if cursor.fetchone()[0] == 0:
+                return
+            time.sleep(0.05)
 
 
 def test_beat_runs_the_reconciler_every_interval():

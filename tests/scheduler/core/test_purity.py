@@ -1,4 +1,5 @@
-"""scheduler/core stays pure: no Django, no ORM, nothing but stdlib, numpy and the pure node modules."""
+"""scheduler/core stays pure: no Django, no ORM, nothing but stdlib, numpy, croniter (cron arithmetic for
+maintenance windows) and the pure node modules."""
 from __future__ import annotations
 
 import ast
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 CORE = Path(__file__).resolve().parents[3] / "scheduler" / "core"
+PURE_LIBRARIES = ("numpy", "croniter")  # no Django, no I/O
 ALLOWED_PROJECT = ("nodes.catalog", "nodes.mig", "nodes.contract", "nodes.vocabulary", "scheduler.core")
 FORBIDDEN = ("django", "rest_framework", "celery", "gpuplane", "nodes.models", "scheduler.models")
 
@@ -31,7 +33,7 @@ def _allowed(name: str) -> bool:
     top = name.split(".")[0]
     if name.startswith(FORBIDDEN) or any(name == f or name.startswith(f + ".") for f in FORBIDDEN):
         return False
-    if top in sys.stdlib_module_names or top == "numpy":
+    if top in sys.stdlib_module_names or top in PURE_LIBRARIES:
         return True
     return any(name == allowed or name.startswith(allowed + ".") for allowed in ALLOWED_PROJECT)
 
