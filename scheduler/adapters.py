@@ -138,14 +138,15 @@ def read_nodes(nodes: QuerySet[Node], *, limited: bool = True) -> tuple[list[Nod
     )
     node_ids = [row[0] for row in node_rows]
     gpus = GPU.objects.order_by("node_id", "index")
-    partitions = Partition.objects.order_by("gpu_id", "slot")
     if limited:
         gpus = gpus.filter(node_id__in=node_ids)
-        partitions = partitions.filter(gpu__node_id__in=node_ids)
     gpu_rows = list(
         gpus.values_list("pk", "node_id", "index", "memory_mib", "mig_enabled", "allocated_memory_mib",
                          "utilization_pct", "memory_used_mib", "power_w")
     )
+    partitions = Partition.objects.order_by("gpu_id", "slot")
+    if limited:  # by GPU id, not through a join: the partition's gpu_id index answers it directly
+        partitions = partitions.filter(gpu_id__in=[row[0] for row in gpu_rows])
     partitions_by_gpu: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     for row in partitions.values_list("pk", "gpu_id", "kind", "slot", "share_milli", "memory_mib", "mig_profile",
                                       "mig_start", "mig_size", "hold__placement_id", "pod", "hold__placement__memory_mib"):

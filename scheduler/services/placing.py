@@ -154,6 +154,8 @@ def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Seque
     scheduler = placement_scheduler()
     new = deployment.pk is None
     cached = snapshots.usable()
+    if cached:
+        snapshots.SNAPSHOTS.prepare()
     last_conflict = ""
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:

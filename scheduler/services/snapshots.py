@@ -155,6 +155,13 @@ class SnapshotCache:
         with self._lock:
             self.inventory = None
 
+    def prepare(self) -> None:
+        """Build the snapshot now if there is none, before the caller takes the placement lock:
+        a full rebuild takes seconds at fleet scale, and under the lock every deploy would wait."""
+        with self._lock:
+            if self.inventory is None:
+                self._rebuild()
+
     @contextmanager
     def lease(self, *, full: bool = False) -> Iterator[InventorySnapshot]:
         """The up-to-date snapshot for one decision (rebuilt whole when ``full``).
