@@ -180,6 +180,13 @@ class SnapshotCache:
 
     def refresh(self, *, full: bool = False) -> InventorySnapshot:
         """Bring the snapshot up to date; the caller holds ``_lock`` (or owns the cache)."""
+        try:
+            return self._refresh(full)
+        except BaseException:
+            self.inventory = None  # half updated (a query failed): rebuilt next time
+            raise
+
+    def _refresh(self, full: bool) -> InventorySnapshot:
         inventory = self.inventory
         if (full or inventory is None or self._clock() - self.refreshed_at > RETENTION.total_seconds() / 2):
             return self._rebuild()
