@@ -182,3 +182,27 @@ def _decide_on(cache: SnapshotCache, request_spec):
 
     with cache.lease() as inventory:
         return decide(request_spec, inventory, placement_scheduler())
+
+
+def test_without_its_triggers_the_cache_keeps_nothing_and_post_migrate_puts_them_back(cluster):
+    from django.apps import apps
+
+    from scheduler.apps import _after_migrate
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute('DROP TRIGGER gpuplane_snapshot_gpu_update ON "nodes_gpu"')
+        else:  # what rebuilding the table for a migration does on SQLite
+            cursor.execute("DROP TRIGGER gpuplane_snapshot_gpu_update")
+    assert not snapshot_triggers.installed(connection)
+    cache = SnapshotCache()
+    assert_same(cache.refresh(), build_snapshot())
+    assert cache.inventory is None  # built for one decision, not kept: nothing would tell it it went stale
+
+    _after_migrate(apps.get_app_config("scheduler"), using="default")
+
+    assert snapshot_triggers.installed(connection)
+    mark = newest()
+    node = Node.objects.order_by("name").first()
+    GPU.objects.filter(node=node).update(utilization_pct=42.0)
+    assert logged_nodes(mark) == {node.pk}
