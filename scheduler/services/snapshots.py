@@ -156,11 +156,14 @@ class SnapshotCache:
             self.inventory = None
 
     def prepare(self) -> None:
-        """Build the snapshot now if there is none, before the caller takes the placement lock:
-        a full rebuild takes seconds at fleet scale, and under the lock every deploy would wait."""
+        """Bring the snapshot up to date before the caller takes the placement lock.
+
+        A full rebuild (first use, a telemetry poll that changed every node) takes seconds at
+        fleet scale, and rebuilding a node takes queries: done here, every other deploy does not
+        wait for it under the lock, where the lease then applies only what changed meanwhile.
+        """
         with self._lock:
-            if self.inventory is None:
-                self._rebuild()
+            self.refresh()
 
     @contextmanager
     def lease(self, *, full: bool = False) -> Iterator[InventorySnapshot]:
