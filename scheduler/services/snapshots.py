@@ -4,7 +4,9 @@ Rebuilding the snapshot of every node, GPU and partition on each deploy was most
 time (seconds at 5,000 nodes). Instead each process keeps one ``InventorySnapshot`` and, before
 each decision, reads the change log (``SnapshotChange``, written by database triggers in the
 transaction of every capacity change: see ``scheduler.snapshot_triggers``) from its generation on,
-and rebuilds only the nodes named there. ``SNAPSHOTS.lease()`` hands it out for one decision.
+and rebuilds only the nodes named there: once before the placement lock (``prepare``: the costly
+part, rebuilt nodes or a full rebuild, is not paid under the lock) and again under it
+(``lease``, which hands the snapshot out for one decision: typically one log read).
 
 Why it cannot go stale:
 
