@@ -1,7 +1,8 @@
 """The only bridge between the ORM and the placement core.
 
 ``build_snapshot`` reads Node, GPU and Partition rows in three queries and returns the core's
-``ClusterSnapshot`` together with an index from (node, GPU, slot) back to row ids;
+``ClusterSnapshot`` together with an index from (node, GPU, slot) back to row ids (``read_nodes``
+does the same for some nodes, for a snapshot brought up to date node by node);
 ``partition_claims`` maps a core ``Assignment`` onto the Partition rows the services must claim
 (or, for weighted MPS, create); ``namespace_quota`` reads a namespace's quota and what its
 deployments hold as the core's ``QuotaUsage``. Nothing here writes to the database.
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 
 from nodes.models import GPU, Node, Partition
 from nodes.vocabulary import PartitionKind, SharingMode, Taint
@@ -109,30 +110,43 @@ def _labels(raw: Any) -> dict[str, str]:
     return {str(key): str(value) for key, value in raw.items()}
 
 
-def build_snapshot(node_names: Iterable[str] | None = None) -> InventorySnapshot:
+def build_snapshot(node_names: Iterable[str] | None = None, *,
+                   snapshot_class: type[ClusterSnapshot] = ClusterSnapshot) -> InventorySnapshot:
     """The inventory as a ``ClusterSnapshot`` (nodes by name), in three queries.
 
     ``node_names`` limits the snapshot to those nodes (tests, what-if analyses); None reads all.
-    Reads whatever the current transaction sees; the caller decides whether that is inside a
-    transaction (see ``scheduler.services``).
+    ``snapshot_class`` is the snapshot type to build (the services' cache tracks what decisions
+    change). Reads whatever the current transaction sees; the caller decides whether that is
+    inside a transaction (see ``scheduler.services``).
     """
     nodes = Node.objects.order_by("name")
     if node_names is not None:
         nodes = nodes.filter(name__in=list(node_names))
+    states, index = read_nodes(nodes, limited=node_names is not None)
+    return InventorySnapshot(snapshot_class(states), index)
+
+
+def read_nodes(nodes: QuerySet[Node], *, limited: bool = True) -> tuple[list[NodeState], SnapshotIndex]:
+    """The core's ``NodeState`` of each node of ``nodes`` (in its order) and their index.
+
+    ``limited``: read only these nodes' GPUs and partitions (False: all of them, cheaper than an
+    ``IN`` list when ``nodes`` is every node).
+    """
     node_rows = list(
         nodes.values_list("pk", "name", "gpu_model", "sharing_mode", "sharing_replicas", "labels", "taints",
                           "ready", "cordoned")
     )
     node_ids = [row[0] for row in node_rows]
     gpus = GPU.objects.order_by("node_id", "index")
-    partitions = Partition.objects.order_by("gpu_id", "slot")
-    if node_names is not None:
+    if limited:
         gpus = gpus.filter(node_id__in=node_ids)
-        partitions = partitions.filter(gpu__node_id__in=node_ids)
     gpu_rows = list(
         gpus.values_list("pk", "node_id", "index", "memory_mib", "mig_enabled", "allocated_memory_mib",
                          "utilization_pct", "memory_used_mib", "power_w")
     )
+    partitions = Partition.objects.order_by("gpu_id", "slot")
+    if limited:  # by GPU id, not through a join: the partition's gpu_id index answers it directly
+        partitions = partitions.filter(gpu_id__in=[row[0] for row in gpu_rows])
     partitions_by_gpu: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     for row in partitions.values_list("pk", "gpu_id", "kind", "slot", "share_milli", "memory_mib", "mig_profile",
                                       "mig_start", "mig_size", "hold__placement_id", "pod", "hold__placement__memory_mib"):
@@ -143,7 +157,9 @@ def build_snapshot(node_names: Iterable[str] | None = None) -> InventorySnapshot
     names = {row[0]: row[1] for row in node_rows}
     modes = {row[0]: (SharingMode(row[3]), max(int(row[4]), 1)) for row in node_rows}
     for gpu_pk, node_pk, gpu_index, memory_mib, mig_enabled, allocated_memory_mib, util, used, power in gpu_rows:
-        node_name = names[node_pk]
+        node_name = names.get(node_pk)
+        if node_name is None:
+            continue  # its node was created after the node query (it is in the next snapshot)
         mode, replicas = modes[node_pk]
         index.gpu_pk[(node_name, gpu_index)] = gpu_pk
         gpu = GPUState(index=gpu_index, memory_mib=memory_mib, mig_enabled=mig_enabled, utilization_pct=util,
@@ -169,7 +185,7 @@ def build_snapshot(node_names: Iterable[str] | None = None) -> InventorySnapshot
                 cordoned=cordoned,
             )
         )
-    return InventorySnapshot(ClusterSnapshot(states), index)
+    return states, index
 
 
 def _occupant(placement_id: int | None, pod: str) -> str:
@@ -297,6 +313,7 @@ __all__ = [
     "PartitionClaim",
     "SnapshotIndex",
     "build_snapshot",
+    "read_nodes",
     "namespace_quota",
     "partition_claims",
 ]

@@ -1,4 +1,9 @@
+from __future__ import annotations
+
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class SchedulerConfig(AppConfig):
@@ -14,3 +19,19 @@ class SchedulerConfig(AppConfig):
 
         register_holder(PlacementHolder())
         import scheduler.tasks  # noqa: F401
+
+        post_migrate.connect(_after_migrate, sender=self)
+
+
+def _after_migrate(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
+    """Re-create the snapshot change-log triggers (a migration may have rebuilt a watched table on
+    SQLite, dropping them) and forget this process's snapshot (``flush`` also ends here)."""
+    from django.db import connections
+
+    from scheduler import snapshot_triggers
+    from scheduler.services.snapshots import SNAPSHOTS
+
+    connection = connections[using]
+    if snapshot_triggers.LOG_TABLE in connection.introspection.table_names():
+        snapshot_triggers.install(connection)
+    SNAPSHOTS.invalidate()

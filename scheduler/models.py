@@ -165,3 +165,26 @@ class NamespaceQuota(models.Model):
         gpus = "unlimited" if self.max_gpu_milli is None else f"{self.max_gpu_milli / 1000:g} GPUs"
         memory = "unlimited" if self.max_memory_mib is None else f"{self.max_memory_mib} MiB"
         return f"{self.namespace}: {gpus}, {memory}"
+
+
+class SnapshotChange(models.Model):
+    """One node whose capacity picture changed: the change log the placement snapshot follows.
+
+    Written only by database triggers (``scheduler.snapshot_triggers``), in the transaction of
+    the write itself, whenever a node, GPU, partition or partition hold changes in a column the
+    snapshot reads; ``scheduler.services.snapshots`` rebuilds just those nodes. ``id`` is the
+    generation; ``txid`` is the writing transaction's id on PostgreSQL (ids are taken before
+    commit, so a reader also re-reads rows of transactions that were still open when it last
+    looked). Rows older than the retention are trimmed by the sweeper.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    node_id = models.BigIntegerField(help_text="The node (no foreign key: the row outlives a deleted node)")
+    txid = models.BigIntegerField(null=True, blank=True, db_index=True)
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"change {self.id}: node {self.node_id}"

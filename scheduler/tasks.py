@@ -9,6 +9,7 @@ from django.conf import settings
 
 from nodes.cluster.base import ClusterError
 from scheduler import services
+from scheduler.services.snapshots import trim_changes
 
 WATCH_SOFT_TIME_LIMIT_S = 60
 WATCH_TIME_LIMIT_S = 90
@@ -67,6 +68,7 @@ def sweep_deployments_task() -> dict[str, int]:
 
     Runs from beat every 30 s (``services.sweep_deployments`` holds the logic); returns how many
     deployments came to each outcome, e.g. {"running": 2, "waiting": 1}. Overlapping sweeps are
-    harmless: every look is idempotent.
+    harmless: every look is idempotent. Also trims the snapshot's change log (``snapshots.RETENTION``).
     """
+    trim_changes()
     return dict(Counter(services.sweep_deployments().values()))

@@ -11,14 +11,14 @@ over-allocate; an IntegrityError is a conflict, never a 500. Row locks are taken
 primary-key order, then partitions, like inventory sync, so the two cannot deadlock, and a
 partition's ``pod`` cannot change under a claim (sync writes it only with its GPU locked).
 
-Deciding takes milliseconds, so it runs outside the reservation transaction on the first try
-(optimistic: concurrent deploys decide in parallel and only the short reservation serialises on
-row locks). A conflict means another writer took what we chose; the retries then decide *inside*
-the transaction under an exclusive placement lock (a PostgreSQL advisory lock; on SQLite every
-write transaction already holds the database's write lock, settings ``transaction_mode
-IMMEDIATE``), on a snapshot read after the lock, so they cannot conflict with another deploy.
-Optimistic reservations take the same lock in shared mode, so they never slip in between a
-serialised decision and its reservation.
+Decisions are serialised per cluster: each attempt decides and reserves in one transaction
+under an exclusive placement lock (a PostgreSQL advisory lock; on SQLite every write transaction
+already holds the database's write lock, settings ``transaction_mode IMMEDIATE``), on a snapshot
+brought up to date after the lock (``snapshots``), so concurrent deploys never take the same
+capacity and retry: they queue for a few milliseconds instead. Writers that do not take the lock
+(inventory sync, releases) may still take what a decision chose; the claims then fail, which is
+a conflict, and the next attempt decides on a refreshed snapshot. ``placement_lock`` keeps a
+shared mode for readers that must not overlap a reservation.
 
 Namespace quotas
 ----------------

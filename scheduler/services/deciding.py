@@ -12,6 +12,7 @@ A namespace with a quota is never handed over (see ``capacity``).
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -65,10 +66,22 @@ def placement_scheduler() -> Scheduler:
     data["classification"] = {**dict(data.get("classification") or {}),
                               **getattr(settings, "SCHEDULER_CLASSIFICATION", {})}
     _observed_workload(data)
-    try:
-        return Scheduler(build_profile(data))
-    except (ProfileError, ValueError, KeyError) as error:
-        raise ImproperlyConfigured(f"scheduling profile {name!r}: {error}") from error
+    # Building the profile costs more than a decision: keep one Scheduler (stateless between
+    # cycles) per distinct configuration, settings overrides and observed workloads included.
+    key = json.dumps(data, sort_keys=True, default=repr)
+    scheduler = _SCHEDULERS.get(key)
+    if scheduler is None:
+        try:
+            scheduler = Scheduler(build_profile(data))
+        except (ProfileError, ValueError, KeyError) as error:
+            raise ImproperlyConfigured(f"scheduling profile {name!r}: {error}") from error
+        if len(_SCHEDULERS) >= 32:
+            _SCHEDULERS.clear()
+        _SCHEDULERS[key] = scheduler
+    return scheduler
+
+
+_SCHEDULERS: dict[str, Scheduler] = {}
 
 
 def _observed_workload(data: dict[str, Any]) -> None:

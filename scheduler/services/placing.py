@@ -1,6 +1,6 @@
 """Placing and releasing replicas: the one way a replica gets capacity, and the one way it gives it back.
 
-``place_replicas(deployment, replica_indexes)`` decides the replicas on a fresh snapshot,
+``place_replicas(deployment, replica_indexes)`` decides the replicas on an up-to-date snapshot,
 reserves them in one transaction (all or nothing, with bounded retries: see ``capacity``), then
 creates their workloads on the cluster; a failure after the reservation releases exactly what
 was reserved. The deploy pipeline calls it for every replica of a new (still unsaved)
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, transaction
@@ -24,10 +25,11 @@ from lifecycle.audit import AuditEntry, record, record_many
 from lifecycle.transitions import transition
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError
-from scheduler.adapters import build_snapshot, namespace_quota
+from scheduler.adapters import InventorySnapshot, build_snapshot, namespace_quota
 from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
 from scheduler.core.wording import counted
 from scheduler.models import Decision, Deployment, Placement
+from scheduler.services import snapshots
 from scheduler.services.capacity import (
     charge_gpus,
     check_quota,
@@ -114,33 +116,33 @@ def next_replica_index(deployment: Deployment) -> int:
 
 def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Sequence[int],
                         user: Any, nodes: list[str] | None = None) -> list[Placement]:
-    """Decide and reserve with bounded retries (see ``capacity``, "Reservation and concurrency")."""
+    """Decide and reserve with bounded retries (see ``capacity``, "Reservation and concurrency").
+
+    Each attempt decides and reserves in one transaction under the exclusive placement lock, on
+    this process's snapshot brought up to date after the lock (``snapshots``): deploys of one
+    cluster are serialised, so they do not race each other into retries. Outside writers
+    (inventory sync, releases) can still take what was chosen; the conditional claims refuse
+    it and the next attempt decides on a refreshed snapshot (the third one rebuilt whole).
+    Inside an outer transaction the cache is bypassed (see ``snapshots``), and so it is for a
+    decision limited to ``nodes`` (a snapshot of those nodes alone).
+    """
     scheduler = placement_scheduler()
     new = deployment.pk is None
+    cached = nodes is None and snapshots.usable()
+    if cached:
+        snapshots.SNAPSHOTS.prepare()
     last_conflict = ""
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            if attempt > 1:
-                with transaction.atomic():
-                    placement_lock(exclusive=True)
-                    inventory = build_snapshot(nodes)
+            with transaction.atomic():
+                placement_lock(exclusive=True)
+                with _inventory(cached, full=attempt >= 3, nodes=nodes) as inventory:
                     quota = namespace_quota(spec.namespace)
                     plans = decide(spec, inventory, scheduler, quota=quota, replica_indexes=indexes)
                     placements = _reserve(deployment, plans, inventory.index.node_pk, user)
                     if quota is not None:
                         check_quota(spec.namespace)
                     return placements
-            inventory = build_snapshot(nodes)
-            quota = namespace_quota(spec.namespace)
-            plans = decide(spec, inventory, scheduler, quota=quota, replica_indexes=indexes)
-            with transaction.atomic():
-                # Holders of the shared lock reserve side by side: two of them could both pass a
-                # quota check. With a quota, check and claim alone (see "Namespace quotas").
-                placement_lock(exclusive=quota is not None)
-                placements = _reserve(deployment, plans, inventory.index.node_pk, user)
-                if quota is not None:
-                    check_quota(spec.namespace)
-                return placements
         except (CapacityConflict, IntegrityError) as error:
             last_conflict = str(error)
         except OperationalError as error:
@@ -158,6 +160,16 @@ def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Seque
     message = (f"capacity kept changing while placing {spec.namespace}/{spec.name}: {MAX_ATTEMPTS} attempts "
                f"conflicted with other writers (last: {last_conflict}); try again")
     raise NoCapacity(message, plans[0].matrix if plans else {}, indexes[0])
+
+
+@contextmanager
+def _inventory(cached: bool, *, full: bool, nodes: list[str] | None = None) -> Iterator[InventorySnapshot]:
+    """The process's snapshot (``snapshots``), or one built for this decision alone (of ``nodes``)."""
+    if cached:
+        with snapshots.SNAPSHOTS.lease(full=full) as inventory:
+            yield inventory
+    else:
+        yield build_snapshot(nodes)
 
 
 def _forget(deployment: Deployment) -> None:

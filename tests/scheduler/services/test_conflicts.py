@@ -16,9 +16,18 @@ pytestmark = pytest.mark.django_db
 
 
 def steal_on_decide(monkeypatch, times: int) -> list[int]:
-    """Make another writer take what each of the next ``times`` decisions chose (a pod grabs it)."""
+    """Make another writer take what each of the next ``times`` decisions chose (a pod grabs it).
+
+    The decision and its reservation share one transaction, which the conflict rolls back,
+    thief's write included; the thief is another writer, whose write stays: it is written again
+    as soon as the next attempt holds the placement lock, before that attempt reads its snapshot.
+    """
     stolen: list[int] = []
     real_decide = placing.decide
+    real_lock = placing.placement_lock
+
+    def take(pks):
+        Partition.objects.filter(pk__in=pks).update(pod="other/thief")
 
     def decide(spec, inventory, scheduler, **options):
         plans = real_decide(spec, inventory, scheduler, **options)
@@ -26,11 +35,16 @@ def steal_on_decide(monkeypatch, times: int) -> list[int]:
             for plan in plans:
                 for claim in plan.claims:
                     for row in claim.candidates:
-                        Partition.objects.filter(pk=row.pk).update(pod=f"other/thief-{row.pk}")
                         stolen.append(row.pk)
+            take(stolen)
         return plans
 
+    def placement_lock(**options):
+        real_lock(**options)
+        take(stolen)
+
     monkeypatch.setattr(placing, "decide", decide)
+    monkeypatch.setattr(placing, "placement_lock", placement_lock)
     return stolen
 
 
