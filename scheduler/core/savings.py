@@ -122,8 +122,8 @@ def compute_savings(occupants: Iterable[Occupant], costs: Mapping[str, GPUCost])
             model_of[holding.gpu] = holding.gpu_model
             equivalents += holding.gpu_equivalents
         for gpu, share in per_gpu.items():
-            # ceil(share) GPUs on whole GPUs; a share is at most one GPU, and a holding is never 0
-            # (an empty partition holds nothing and is not passed), so this is 1 per GPU.
+            # ceil(share) GPUs on whole GPUs, and at least 1: a share is at most one GPU, and an
+            # occupant holding only memory (share 0) still needs the GPU.
             baseline[model_of[gpu]] += max(1, -(-share.numerator // share.denominator))
             used[model_of[gpu]].add(gpu)
     zero = GPUCost(0.0, 0.0)
