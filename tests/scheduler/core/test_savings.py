@@ -2,7 +2,7 @@
 baseline's rules, prices and integration over time."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 import pytest
@@ -76,7 +76,7 @@ def test_an_empty_cluster_saves_nothing():
     assert (savings.baseline_gpus, savings.gpus_used, savings.saved_percent, savings.by_model) == (0, 0, 0.0, ())
 
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _sample(minutes: float, gpus: float, usd: float = 0.0, kwh: float = 0.0) -> Sample:
