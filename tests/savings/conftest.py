@@ -10,7 +10,7 @@ from savings.tasks import RECORD_SLOT_KEY
 
 @pytest.fixture(autouse=True)
 def unclaimed_savings_slot(settings):
-    key = RECORD_SLOT_KEY.format(slot=interval_slot(settings.SAVINGS_SAMPLE_INTERVAL_S))
-    cache.delete(key)
+    keys = [RECORD_SLOT_KEY.format(slot=slot) for slot in (interval_slot(settings.SAVINGS_SAMPLE_INTERVAL_S), 7)]
+    cache.delete_many(keys)
     yield
-    cache.delete(key)
+    cache.delete_many(keys)
