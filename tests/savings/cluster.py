@@ -35,6 +35,7 @@ def build_cluster() -> None:
     for index in range(2):
         gpu = GPU.objects.get(node=mps, index=index)
         for slot in range(4):
+            holder: dict[str, object]
             if index == 0:
                 holder = {"placement": _placement(mps, "small-llm", replica=slot)}
             else:
