@@ -59,7 +59,10 @@ def test_every_number_on_the_savings_page_equals_the_api(viewer_client, viewer_a
 def test_the_overview_shows_the_savings_headline_of_the_api(viewer_client, viewer_api):
     build_cluster()
     api = viewer_api.get("/api/v1/savings/").json()
-    html = viewer_client.get("/").content.decode()
+    response = viewer_client.get("/")
+    # The allocation the savings count is the overview's own total, in GPU-equivalents.
+    assert float(response.context["overview"].allocated_gpu_equivalents) == api["allocated_gpu_equivalents"] == 4.11
+    html = response.content.decode()
     block = re.search(r'data-card="savings">(.*?)</section>', html, re.S)
     assert block is not None
     _assert_agrees(_marked(block.group(1)), api,

@@ -50,3 +50,14 @@ def test_beat_sends_it_every_interval():
     entry = project_settings.CELERY_BEAT_SCHEDULE["record-savings"]
     assert entry["task"] == record_savings_task.name
     assert entry["schedule"] == float(project_settings.SAVINGS_SAMPLE_INTERVAL_S) == 300.0
+
+
+def test_the_admin_lists_samples_read_only(admin_user, client):
+    SavingsSample.objects.create(ts=timezone.now(), baseline_gpus=9, gpus_used=5, gpus_saved=4, usd_per_hour=23.5, kwh_per_hour=2.5)
+    admin_user.is_staff = admin_user.is_superuser = True
+    admin_user.save()
+    client.force_login(admin_user)
+    response = client.get("/admin/savings/savingssample/")
+    assert response.status_code == 200
+    assert "23.5" in response.content.decode()
+    assert client.get("/admin/savings/savingssample/add/").status_code == 403
