@@ -36,6 +36,7 @@ ENDPOINTS: tuple[tuple[str, str, str], ...] = (
     ("rollout-pause", "rollouts-api:rollout-list", "{pk}/pause/"),
     ("rollout-resume", "rollouts-api:rollout-list", "{pk}/resume/"),
     ("rollout-abort", "rollouts-api:rollout-list", "{pk}/abort/"),
+    ("savings", "savings-api:savings", ""),
     ("audit-events", "lifecycle-api:auditevent-list", ""),
     ("audit-event", "lifecycle-api:auditevent-list", "{pk}/"),
     ("auth-token", "api-token", ""),

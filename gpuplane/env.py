@@ -5,6 +5,7 @@ deployment manifest stops the process at start instead of silently using a defau
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -77,3 +78,19 @@ def env_rate(name: str, default: str) -> str:
     if not _RATE.fullmatch(value) or int(value.split("/")[0]) < 1:
         raise ImproperlyConfigured(f"{name}={value!r} is not a rate: write a count per period, e.g. 10/m, 100/h, 5/10m")
     return value
+
+
+def env_number_map(name: str) -> dict[str, float]:
+    """A JSON object of names to non-negative numbers, e.g. `{"H100-SXM5-80GB": 6.5}`; {} when unset."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not JSON") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in value.values()
+    ):
+        raise ImproperlyConfigured(f"{name}={raw!r} must be a JSON object of names to numbers >= 0")
+    return {str(k): float(v) for k, v in value.items()}

@@ -213,6 +213,16 @@ def node_gauges(gpus: Iterable[_GPURow], nodes: dict[int, _NodeRow], now: dateti
     yield from (count, allocated, idle, utilization, memory_used, power, age)
 
 
+# Collectors the apps register at startup (their AppConfig.ready), scraped with the inventory's:
+# gpuplane sits below the apps, so it cannot import their figures itself.
+_registered_collectors: list[Collector] = []
+
+
+def register_collector(collector: Collector) -> None:
+    """Add `collector`'s metrics to every /metrics scrape (kept, like the inventory's, per poll)."""
+    _registered_collectors.append(collector)
+
+
 class _ScrapeSources(Collector):
     """The process registry and the database collector, read as one registry by the encoders."""
 
@@ -258,7 +268,11 @@ class MetricsView(View):
         # several Prometheus servers or a fast scrape interval cost one computation and one
         # encoding per interval). Both are whole metric families, so the texts concatenate; the
         # OpenMetrics end marker goes once, at the end.
-        variant = (content_type, settings.GPUPLANE_METRICS_PER_GPU, settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT)
-        inventory = cached_per_poll("metrics", lambda: encoder(_ScrapeSources(InventoryCollector())), *variant)
+        variant = (
+            content_type, settings.GPUPLANE_METRICS_PER_GPU, settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT,
+            sorted(settings.GPU_PRICE_USD_PER_HOUR.items()),  # the savings gauges' prices
+        )
+        sources = _ScrapeSources(InventoryCollector(), *_registered_collectors)
+        inventory = cached_per_poll("metrics", lambda: encoder(sources), *variant)
         process = encoder(_ScrapeSources(process_registry())).removesuffix(_OPENMETRICS_EOF)
         return HttpResponse(process + inventory, content_type=content_type)

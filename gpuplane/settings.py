@@ -14,7 +14,7 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from gpuplane.env import env_bool, env_choice, env_header_pair, env_int, env_list, env_rate, env_str
+from gpuplane.env import env_bool, env_choice, env_header_pair, env_int, env_list, env_number_map, env_rate, env_str
 from gpuplane.private_files import persistent_secret_key, secure_var_dir
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "nodes",
     "scheduler",
     "rollouts",
+    "savings",
 ]
 
 MIDDLEWARE = [
@@ -307,6 +308,14 @@ ROLLOUT_RECONCILE_INTERVAL_S = env_int("GPUPLANE_ROLLOUT_RECONCILE_INTERVAL_S", 
 ROLLOUT_STEP_TIMEOUT_S = env_int("GPUPLANE_ROLLOUT_STEP_TIMEOUT_S", 600, minimum=10)
 ROLLOUT_EVICTION_BACKOFF_S = env_int("GPUPLANE_ROLLOUT_EVICTION_BACKOFF_S", 10, minimum=1)
 
+# --- Savings (DESIGN.md section 6; savings/) --------------------------------------------------
+# Price of one GPU-hour per catalog model in USD, over nodes.gpu_costs.DEFAULT_GPU_PRICE_USD_PER_HOUR,
+# e.g. GPUPLANE_GPU_PRICE_USD_PER_HOUR='{"H100-SXM5-80GB": 6.5, "L4": 0.7}'. Power is the catalog's board power.
+GPU_PRICE_USD_PER_HOUR = env_number_map("GPUPLANE_GPU_PRICE_USD_PER_HOUR")
+# How often a savings sample is recorded, and how long samples are kept (as the telemetry rollups).
+SAVINGS_SAMPLE_INTERVAL_S = env_int("GPUPLANE_SAVINGS_SAMPLE_INTERVAL_S", 300, minimum=10)
+SAVINGS_RETENTION_D = env_int("GPUPLANE_SAVINGS_RETENTION_D", 30, minimum=1)
+
 CELERY_BEAT_SCHEDULE = {
     "reconcile-rollouts": {
         "task": "rollouts.tasks.reconcile_rollouts_task",
@@ -334,6 +343,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduler.tasks.sweep_deployments_task",
         "schedule": 30.0,
         "options": {"expires": 27.0},
+    },
+    "record-savings": {
+        "task": "savings.tasks.record_savings_task",
+        "schedule": float(SAVINGS_SAMPLE_INTERVAL_S),
+        "options": {"expires": SAVINGS_SAMPLE_INTERVAL_S * 0.9},
     },
 }
 

@@ -16,6 +16,7 @@ from gpuplane.web import RoleRequiredMixin
 from nodes.fleet import cached_per_poll, node_tiles
 from nodes.models import GPU
 from nodes.overview import ClusterOverview, cluster_overview
+from savings.services.summary import savings_summary
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def _overview_figures() -> tuple[ClusterOverview, list[tuple[str, int]]]:
 
 class OverviewView(RoleRequiredMixin, TemplateView):
     """`/`: cluster summary cards (nodes, GPUs, allocation in GPU-equivalents and memory, GPUs by
-    model, allocation by sharing mode) and the node map (one tile per node, drilling down to its
+    model, allocation by sharing mode), the savings headline and the node map (one tile per node, drilling down to its
     page's GPUs). The figures come from nodes.overview and nodes.fleet; every count is shown with
     a breakdown that adds up to it."""
 
@@ -73,5 +74,7 @@ class OverviewView(RoleRequiredMixin, TemplateView):
             # One tile per node, drawn by static/js/charts.js, which refreshes it from /api/v1/heatmap/.
             heatmap=cached_per_poll("node-tiles", node_tiles),  # the same entry as the API's
             telemetry_interval_s=settings.TELEMETRY_POLL_INTERVAL_S,
+            # The headline of /savings/: the dict GET /api/v1/savings/ answers, so the numbers agree.
+            savings=savings_summary(),
         )
         return context

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from tests.architecture.graph import project_graph
 
-APPS = ("nodes", "scheduler", "lifecycle", "rollouts")
+APPS = ("nodes", "scheduler", "lifecycle", "rollouts", "savings")
 GPUPLANE_TOP_LAYER = ("gpuplane.views", "gpuplane.urls", "gpuplane.api")
 GPUPLANE_BASE = (
     "gpuplane.env", "gpuplane.roles", "gpuplane.observability", "gpuplane.celery", "gpuplane.web", "gpuplane.parsers",

@@ -356,8 +356,9 @@ def test_pages_use_a_fixed_number_of_queries(viewer_client, cluster, django_asse
         assert response.status_code == 200
         assert response.context["node"].name == name
     # 10 (the cards: 5, sums by mode counted in SQL) + the node map's three (GPU figures per node,
-    # nodes, MIG corrections) + two audit marks (the cache keys)
-    with django_assert_max_num_queries(15):
+    # nodes, MIG corrections) + two audit marks (the cache keys) + the savings block's four (its
+    # cache key, occupied partitions, GPUs without partitions, the latest sample)
+    with django_assert_max_num_queries(19):
         response = viewer_client.get("/")
     assert response.status_code == 200
     assert response.context["overview"].nodes_total == 6
