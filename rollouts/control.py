@@ -48,7 +48,7 @@ def act(rollout: RollingUpdate, action: str, *, actor: Any = None,
     if rollout.status not in allowed:
         raise NotAllowed(_refusal(action, rollout.status, allowed))
     if action == "start":
-        _check_still_safe(rollout)
+        _check_still_safe(rollout, cluster)
     reason = f"{action} by {getattr(actor, 'username', actor) or 'system'}"
     if action == "abort":
         restored = restore_in_flight(rollout, cluster if cluster is not None else get_cluster(), "rollout aborted")
@@ -70,13 +70,13 @@ def _move(rollout: RollingUpdate, to: str, allowed: tuple[str, ...], actor: Any,
     return move_rollout(rollout, to, actor=actor, reason=reason)
 
 
-def _check_still_safe(rollout: RollingUpdate) -> None:
+def _check_still_safe(rollout: RollingUpdate, cluster: ClusterBackend | None) -> None:
     """The preview again, on the cluster as it is now: the workloads to move must still have
     somewhere to go (the cluster may have filled up since the rollout was created)."""
     names = list(rollout.nodes.filter(state=NodeState.PENDING).values_list("node_name", flat=True))
     config = NodeConfig.of(rollout.config["mode"], rollout.config.get("replicas"), rollout.config.get("mig_layout"))
     shown = preview(names, config, strategy=rollout.strategy, max_unavailable=rollout.max_unavailable,
-                    rollout_id=rollout.pk)
+                    rollout_id=rollout.pk, cluster=cluster)
     if shown.blockers:
         raise NotAllowed(f"Not safe to start now: {'; '.join(shown.blockers)}.")
 

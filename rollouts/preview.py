@@ -1,40 +1,49 @@
-"""The dry run of a rollout: the cluster as it is now, fed to the pure planner.
+"""The dry run of a rollout: the cluster as it is now, fed to the pure planner and the placement engine.
 
 ``cluster_for_planning`` reads every node once (its config, capacity, and the gpuplane replicas
-on it); ``preview`` runs ``scheduler.core.rollout.plan_rollout`` on it and gives the plan plus
-what blocks starting now (``blockers``: workloads with nowhere to go, nodes another rollout owns,
-nothing to change). Nothing is written.
+on it); ``preview`` runs ``scheduler.core.rollout.plan_rollout`` on it for the batches and the
+capacity dip, then asks the placement engine where each workload that must move would be
+pre-warmed (``rollouts.placement_dry_run``: the deploy path's profile, snapshot and decisions,
+in the reconciler's order, nothing written), and reads the target nodes' pods from the cluster
+for those that will block a drain (``rollouts.drain_blockers``). It gives the plan plus what
+blocks starting now (``blockers``: workloads the engine places nowhere, nodes another rollout
+owns, nothing to change). Nothing is written.
 
-Capacity is counted in milli-GPUs as in the planner. A node offers its GPUs minus what pods
-gpuplane did not place hold (inventory sync's counters), so foreign pods are never counted as
-free room. Where a moved workload goes is the planner's best fit on free milli-GPUs
-(``PLACER``); the placement engine (GPU model, memory, MIG geometry) is not consulted yet.
+Capacity (the dip) is counted in milli-GPUs as in the planner. A node offers its GPUs minus what
+pods gpuplane did not place hold (inventory sync's counters), so foreign pods are never counted
+as free room. Where a moved workload goes is the placement engine's answer (``PLACER``): GPU
+model, memory, MIG geometry, host resources, quotas, as when the rollout runs. A target node
+with a do-not-disrupt or bare pod stays in its batch, marked to be skipped with the reason (the
+step skips it at its turn unless the pod has left): it blocks that node, not the rollout.
 Blue-green changes every target at once, after moving every workload to nodes outside the pool.
 """
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Sum
 from django.utils import timezone
 
+from nodes.cluster.backends import get_cluster
+from nodes.cluster.base import ClusterBackend, ClusterError
 from nodes.contract import ANNOTATION_DO_NOT_DISRUPT
 from nodes.models import Node
 from nodes.node_configs import applied_config, with_mig_layouts
 from nodes.sharing.node_config import NodeConfig
 from nodes.vocabulary import SHARE_MILLI_FULL
 from rollouts.choices import ACTIVE_STATUSES, RolloutStrategy
+from rollouts.drain_blockers import DrainBlocker, drain_blockers, drained_pods, skip_reason
 from rollouts.models import RolloutNode
-from scheduler.choices import PlacementStatus
+from rollouts.placement_dry_run import ACTIVE_PLACEMENTS, EngineMove, place_moves, workload_key
 from scheduler.core import rollout as planner
 from scheduler.core.maintenance_window import MaintenanceWindow, window_state
 from scheduler.models import Placement
 
-PLACER = "best fit on free milli-GPUs (the rollout planner's default; the placement engine is not consulted)"
-ACTIVE_PLACEMENTS = (PlacementStatus.RESERVED, PlacementStatus.BINDING, PlacementStatus.RUNNING)
+PLACER = ("the placement engine (the deploy path's profile and filters, dry run in the order the rollout "
+          "pre-warms; nothing reserved)")
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,9 @@ class Preview:
     blockers: tuple[str, ...]
     maintenance_window: MaintenanceWindow | None = None
     move_back: bool = False
+    moves: tuple[EngineMove, ...] = ()
+    drain_blockers: Mapping[str, tuple[DrainBlocker, ...]] = field(default_factory=dict)
+    pods_unread: str = ""
 
     @property
     def safe(self) -> bool:
@@ -61,11 +73,37 @@ class Preview:
             "placer": PLACER,
             "feasible": self.safe,
             "blockers": list(self.blockers),
-            "batches": [_batch(batch) for batch in plan.batches],
+            "batches": [_batch(batch, self.moves) for batch in plan.batches],
             "skipped": [{"node": s.node, "reason": s.reason} for s in plan.skipped],
-            "refusals": [_refusal(r) for r in plan.refusals],
-            "explanation": plan.explain(),
+            "refusals": [{"workload": m.workload, "node": m.source, "reason": m.reason}
+                         for m in self.moves if m.refused],
+            "drain_blockers": [{"node": node, "reason": skip_reason(list(pods), SKIP_OUTCOME),
+                                "pods": [p.as_dict() for p in pods]} for node, pods in self.drain_blockers.items()],
+            "pods_unread": self.pods_unread,
+            "explanation": self.explain(),
         }
+
+    def explain(self) -> list[str]:
+        """The plan in sentences: the planner's batches and dip, the engine's moves, nodes to be skipped."""
+        plan = self.plan
+        lines = [f"{s.node}: skipped, {s.reason}" for s in plan.skipped]
+        for batch in plan.batches:
+            lines.append(f"batch {batch.index}: {', '.join(batch.nodes)} ({batch.capacity_dip_milli / 1000:g} GPU "
+                         f"out of service, {batch.capacity_dip_percent:.1f} % of capacity)")
+            lines.extend(f"  {name}: to be skipped at its turn, {skip_reason(list(self.drain_blockers[name]), SKIP_OUTCOME)}"
+                         for name in batch.nodes if name in self.drain_blockers)
+            for move in self.moves:
+                if move.source not in batch.nodes:
+                    continue
+                if move.refused:
+                    lines.append(f"  {move.workload} on {move.source} cannot move: {move.reason}")
+                elif move.destination:
+                    gpus = ", ".join(str(gpu) for gpu in move.gpus)
+                    lines.append(f"  {move.workload} moves from {move.source} to {move.destination} ({move.partition} "
+                                 f"on GPU {gpus}) before {move.source} is drained")
+                else:
+                    lines.append(f"  {move.workload} on {move.source}: {move.reason}")
+        return lines
 
 
 def workloads_by_node() -> dict[str, list[planner.RolloutWorkload]]:
@@ -78,9 +116,8 @@ def workloads_by_node() -> dict[str, list[planner.RolloutWorkload]]:
     )
     for placement in placements:
         deployment = placement.deployment
-        name = placement.workload_name or f"{deployment.name}-{deployment.pk}-r{placement.replica_index}"
         found[placement.node.name].append(planner.RolloutWorkload(
-            key=f"{deployment.namespace}/{name}",
+            key=workload_key(placement),
             size_milli=placement.share_milli * max(1, len(placement.gpu_indexes or ())),
             do_not_disrupt=str(deployment.labels.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower() == "true",
         ))
@@ -115,35 +152,44 @@ def owned_elsewhere(node_names: Sequence[str], *, exclude: int | None = None) ->
 
 def preview(node_names: Sequence[str], config: NodeConfig, *, strategy: str = RolloutStrategy.ROLLING,
             max_unavailable: int = 1, rollout_id: int | None = None,
-            maintenance_window: MaintenanceWindow | None = None, move_back: bool = False) -> Preview:
+            maintenance_window: MaintenanceWindow | None = None, move_back: bool = False,
+            cluster: ClusterBackend | None = None) -> Preview:
     """Plan changing ``node_names`` (known nodes, validated by the caller) to ``config``; ``rollout_id``:
     the stored rollout being re-checked (its own nodes are not "owned elsewhere"). A closed
-    ``maintenance_window`` blocks nothing: the rollout waits for it (shown with the plan)."""
+    ``maintenance_window`` blocks nothing: the rollout waits for it (shown with the plan).
+    ``cluster``: where the target nodes' pods are read (default: the configured backend)."""
     # Blue-green drains the whole pool in one step, once its workloads run outside it.
     width = max(1, len(node_names)) if strategy == RolloutStrategy.BLUE_GREEN else max_unavailable
     plan = planner.plan_rollout(cluster_for_planning(), node_names, config, width)
     if strategy == RolloutStrategy.BLUE_GREEN:
         plan = planner.RolloutPlan(plan.target, max_unavailable, plan.batches, plan.skipped, plan.refusals)
-    blockers = [f"{r.workload} on {r.node} cannot move: {r.reason}" for r in plan.refusals]
+    in_batches = [name for batch in plan.batches for name in batch.nodes]
+    blocked, unread = _drain_blockers(in_batches, cluster)
+    moves = place_moves([batch.nodes for batch in plan.batches], config, skipped_at_turn=set(blocked))
+    blockers = [f"{m.workload} on {m.source} cannot move: {m.reason}" for m in moves if m.refused]
     for name, owner in sorted(owned_elsewhere(node_names, exclude=rollout_id).items()):
         blockers.append(f"{name} is already in active rollout {owner}")
     if not plan.batches:
         blockers.append("no target node needs changing (each is skipped, see skipped)")
-    return Preview(plan, str(strategy), tuple(blockers), maintenance_window, move_back)
+    return Preview(plan, str(strategy), tuple(blockers), maintenance_window, move_back, tuple(moves), blocked,
+                   unread)
 
 
-def _batch(batch: planner.Batch) -> dict[str, Any]:
-    return {
-        "index": batch.index,
-        "nodes": list(batch.nodes),
-        "capacity_dip_milli": batch.capacity_dip_milli,
-        "total_capacity_milli": batch.total_capacity_milli,
-        "capacity_dip_percent": round(batch.capacity_dip_percent, 1),
-        "moves": [
-            {"workload": m.workload, "size_milli": m.size_milli, "source": m.source, "destination": m.destination}
-            for step in batch.steps for m in step.moves
-        ],
-    }
+SKIP_OUTCOME = "nothing on it will be changed"
+
+
+def _drain_blockers(node_names: Sequence[str],
+                    cluster: ClusterBackend | None) -> tuple[dict[str, tuple[DrainBlocker, ...]], str]:
+    """Per target node, the pods that will block its drain (none listed: nothing blocks it), and
+    why the pods could not be read ("" when they were): the steps check again at each node's turn."""
+    if not node_names:
+        return {}, ""
+    try:
+        pods = (cluster if cluster is not None else get_cluster()).list_gpu_pods()
+    except ClusterError as error:
+        return {}, f"the cluster's pods could not be read ({error}); each node's drain is checked at its turn"
+    found = {name: tuple(drain_blockers(drained_pods(pods, name))) for name in sorted(node_names)}
+    return {name: blockers for name, blockers in found.items() if blockers}, ""
 
 
 def _window(window: MaintenanceWindow | None) -> dict[str, Any] | None:
@@ -156,5 +202,12 @@ def _window(window: MaintenanceWindow | None) -> dict[str, Any] | None:
             "next_opens_at": state.next_opens_at.isoformat() if state.next_opens_at else None}
 
 
-def _refusal(refusal: planner.Refusal) -> dict[str, str]:
-    return {"workload": refusal.workload, "node": refusal.node, "reason": refusal.reason}
+def _batch(batch: planner.Batch, moves: Sequence[EngineMove]) -> dict[str, Any]:
+    return {
+        "index": batch.index,
+        "nodes": list(batch.nodes),
+        "capacity_dip_milli": batch.capacity_dip_milli,
+        "total_capacity_milli": batch.total_capacity_milli,
+        "capacity_dip_percent": round(batch.capacity_dip_percent, 1),
+        "moves": [m.as_dict() for m in moves if m.source in batch.nodes],
+    }

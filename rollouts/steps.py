@@ -39,7 +39,6 @@ from django.conf import settings
 from lifecycle.audit import record
 from nodes.cluster.base import ClusterBackend, ClusterError, ClusterNode, ClusterPod, EvictionBlocked, NotFound
 from nodes.contract import (
-    ANNOTATION_DO_NOT_DISRUPT,
     LABEL_DEVICE_PLUGIN_CONFIG,
     LABEL_MIG_CAPABLE,
     LABEL_MIG_CONFIG_STATE,
@@ -52,6 +51,7 @@ from nodes.node_configs import applied_config
 from nodes.sharing.node_config import NodeConfig, node_labels
 from nodes.vocabulary import SharingMode
 from rollouts.choices import NodeState
+from rollouts.drain_blockers import drain_blockers, drained_pods, skip_reason
 from rollouts.models import RollingUpdate, RolloutNode
 from rollouts.restoring import ACTIVE_PLACEMENTS, ACTOR, fail_node, skip_node, want_config
 from rollouts.state import IN_FLIGHT, move_node
@@ -63,9 +63,6 @@ from scheduler.services.placing import next_replica_index, place_replicas, relea
 __all__ = ["ACTOR", "IN_FLIGHT", "advance_node", "cordon_batch", "fail_node", "rolling_back", "skip_node"]
 
 MIG_STATE_SUCCESS = "success"
-# Mirror pods (static pods the kubelet runs from files): owned by their Node, marked by this annotation.
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-MIRROR_OWNER_KIND = "Node"
 MIG_STATE_FAILED = "failed"
 
 POD_EVICTED = "rolloutnode.pod_evicted"
@@ -260,28 +257,17 @@ def _target(step: RolloutNode, rollout: RollingUpdate) -> NodeConfig:
 
 
 def _pods_on(step: RolloutNode, cluster: ClusterBackend) -> list[ClusterPod]:
-    """The node's GPU pods a drain evicts: not DaemonSet pods, nor mirror pods (static pods the
-    kubelet runs from files, which the API cannot remove), as ``kubectl drain`` leaves them."""
-    return [p for p in cluster.list_gpu_pods() if p.node_name == step.node_name
-            and p.owner_kind not in ("DaemonSet", MIRROR_OWNER_KIND) and MIRROR_ANNOTATION not in p.annotations]
+    """The node's GPU pods a drain evicts (``rollouts.drain_blockers.drained_pods``)."""
+    return drained_pods(cluster.list_gpu_pods(), step.node_name)
 
 
 def _check_disruptable(step: RolloutNode, pods: list[ClusterPod]) -> None:
-    """StepSkipped when a pod on the node is marked do-not-disrupt (an annotation, or the label a
-    gpuplane deployment's labels give its pods): gpuplane never evicts it, so the node stays as it is.
-
-    So is a bare pod (no controller owner): evicting it deletes the workload for good, which is
-    why ``kubectl drain`` refuses it without --force."""
+    """StepSkipped when a pod on the node blocks its drain (``rollouts.drain_blockers``): one marked
+    do-not-disrupt, or a bare pod; the node then stays as it is."""
     left = "left at the rollout's config" if rolling_back(step) else "nothing on it was changed"
-    blockers = sorted(p.key for p in pods if "true" in (str(p.annotations.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower(),
-                                                         str(p.labels.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower()))
-    if blockers:
-        raise StepSkipped(f"holds do-not-disrupt pod {', '.join(blockers)}: gpuplane never evicts it, so the "
-                          f"node is skipped ({left})")
-    bare = sorted(p.key for p in pods if not p.owner_kind)
-    if bare:
-        raise StepSkipped(f"holds pod {', '.join(bare)} with no controller: an eviction would delete it for good "
-                          f"(kubectl drain refuses it without --force), so the node is skipped ({left})")
+    reason = skip_reason(drain_blockers(pods), left)
+    if reason:
+        raise StepSkipped(reason)
 
 
 def _allocatable_matches(node: ClusterNode, target: NodeConfig) -> bool:

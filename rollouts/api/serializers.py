@@ -125,7 +125,12 @@ class RolloutMoveSerializer(serializers.Serializer):
     workload = serializers.CharField()
     size_milli = serializers.IntegerField()
     source = serializers.CharField()
-    destination = serializers.CharField()
+    destination = serializers.CharField(allow_blank=True, help_text='The node the placement engine picks; "" when none')
+    outcome = serializers.CharField(help_text="The engine's outcome: placed, unschedulable (a blocker) or "
+                                              "default-scheduler / skipped (handed to Kubernetes' default scheduler)")
+    gpus = serializers.ListField(child=serializers.IntegerField(), help_text="GPU indexes on the destination")
+    partition = serializers.CharField(allow_blank=True, help_text='What it is given there: "exclusive", "MIG 1g.10gb", "mps 250 m"')
+    reason = serializers.CharField(allow_blank=True, help_text="The engine's reason when it places it nowhere")
 
 
 class RolloutBatchSerializer(serializers.Serializer):
@@ -146,6 +151,17 @@ class RolloutRefusalSerializer(serializers.Serializer):
     workload = serializers.CharField()
     node = serializers.CharField()
     reason = serializers.CharField()
+
+
+class DrainBlockerPodSerializer(serializers.Serializer):
+    pod = serializers.CharField(help_text='"namespace/name"')
+    kind = serializers.ChoiceField(choices=["do-not-disrupt", "bare"])
+
+
+class RolloutDrainBlockerSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    reason = serializers.CharField(help_text="Why the node will be skipped (the rollout goes on without it)")
+    pods = DrainBlockerPodSerializer(many=True)
 
 
 class WindowPreviewSerializer(serializers.Serializer):
@@ -169,6 +185,9 @@ class RolloutPreviewSerializer(serializers.Serializer):
     batches = RolloutBatchSerializer(many=True)
     skipped = RolloutSkippedSerializer(many=True)
     refusals = RolloutRefusalSerializer(many=True)
+    drain_blockers = RolloutDrainBlockerSerializer(
+        many=True, help_text="Target nodes whose pods will block the drain: skipped at their turn, with the reason")
+    pods_unread = serializers.CharField(allow_blank=True, help_text='Why the pods could not be read; "" when they were')
     explanation = serializers.ListField(child=serializers.CharField())
 
 

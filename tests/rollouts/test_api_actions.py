@@ -90,5 +90,6 @@ def test_start_is_refused_when_the_cluster_filled_up_since_the_rollout_was_creat
     assert response.status_code == 409
     detail = response.json()["detail"]
     assert detail.startswith("Not safe to start now: ")
-    assert "default/wide on gpu-b cannot move: needs 2 GPU" in detail
+    assert "default/wide on gpu-b cannot move: " in detail  # the placement engine's reason follows
+    assert "too few free GPUs for the gang" in detail
     assert RollingUpdate.objects.get(pk=rollout_id).status == "pending"

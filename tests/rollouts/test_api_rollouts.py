@@ -6,7 +6,7 @@ from rest_framework.test import APIClient
 
 from lifecycle.models import AuditEvent
 from nodes.contract import ANNOTATION_DO_NOT_DISRUPT
-from nodes.models import GPU
+from nodes.models import GPU, Partition
 from rollouts.models import RollingUpdate, RolloutNode
 from tests.rollouts.cluster import nodes, replica
 
@@ -187,15 +187,17 @@ def test_409_when_the_rest_of_the_cluster_cannot_hold_the_workloads_and_nothing_
 
 def test_409_when_pods_gpuplane_did_not_place_leave_no_room(operator_api, cluster):
     _, b, c = cluster
-    # Foreign pods fill gpu-b and gpu-c: the counters say so though no placement does.
+    # Foreign pods fill gpu-b and gpu-c: inventory sync's counters and rows say so though no placement does.
     GPU.objects.filter(node__in=[b, c]).update(allocated_milli=1000)
+    Partition.objects.filter(gpu__node__in=[b, c]).update(pod="other/hog")
 
     response = operator_api.post(URL, body(nodes=["gpu-a"]), format="json")
 
     assert response.status_code == 409
-    assert response.json()["reasons"] == [
-        "default/chat on gpu-a cannot move: needs 1 GPU; the most any other schedulable node has free is 0 on gpu-b"
-    ]
+    [reason] = response.json()["reasons"]
+    # The placement engine's answer, as a deploy would get it.
+    assert reason.startswith("default/chat on gpu-a cannot move: 2 nodes have no free GPU or partition"), reason
+    assert reason.endswith("0/3 nodes are available: 2 nodes have no free GPU or partition, 1 node is cordoned")
 
 
 def test_409_when_a_node_is_in_another_active_rollout(operator_api, cluster):
@@ -227,14 +229,17 @@ def test_the_preview_shows_batches_moves_and_the_capacity_dip_and_stores_nothing
     data = response.json()
     assert data["feasible"] is True and data["blockers"] == []
     assert [b["nodes"] for b in data["batches"]] == [["gpu-b"], ["gpu-a"]]
-    # gpu-b is changed by then, so it is as good a home as gpu-c (a tie: the first by name); 2 of 6 GPUs out at a time.
+    # gpu-b is changed by then (time-slicing x 4, empty): the engine packs the copy onto one of its replicas;
+    # 2 of 6 GPUs out at a time.
     assert data["batches"][1]["moves"] == [
-        {"workload": "default/chat", "size_milli": 1000, "source": "gpu-a", "destination": "gpu-b"}
+        {"workload": "default/chat", "size_milli": 1000, "source": "gpu-a", "destination": "gpu-b",
+         "outcome": "placed", "gpus": [0], "partition": "timeslice 250 m", "reason": ""}
     ]
     assert data["batches"][0]["capacity_dip_milli"] == 2000 and data["batches"][0]["total_capacity_milli"] == 6000
     assert data["batches"][0]["capacity_dip_percent"] == pytest.approx(33.3)
-    assert "best fit" in data["placer"]
-    assert "  default/chat moves from gpu-a to gpu-b before gpu-a is drained" in data["explanation"]
+    assert "placement engine" in data["placer"]
+    assert ("  default/chat moves from gpu-a to gpu-b (timeslice 250 m on GPU 0) before gpu-a is drained"
+            in data["explanation"])
     assert RollingUpdate.objects.count() == 0 and not AuditEvent.objects.exists()
 
 
