@@ -58,6 +58,12 @@ class RolloutRequest:
                        maintenance_window=self.maintenance_window, move_back=self.move_back)
 
 
+def nodes_selected(selector: Mapping[str, str]) -> list[str]:
+    """The names of the nodes carrying every label of ``selector`` (a nodeSelector), sorted."""
+    return sorted(node.name for node in Node.objects.only("name", "labels").order_by("name")
+                  if all(node.labels.get(key) == value for key, value in selector.items()))
+
+
 def validate_request(name: str, node_names: Sequence[str], config: Any, *, strategy: str = RolloutStrategy.ROLLING,
                      max_unavailable: int = 1, on_failure: str = OnFailure.PAUSE,
                      maintenance_window: Mapping[str, Any] | None = None, move_back: bool = False) -> RolloutRequest:

@@ -16,6 +16,7 @@ from rest_framework import serializers
 from gpuplane.strict_input import StrictIntegerField, StrictSerializer, StrictStringField
 from nodes.vocabulary import SharingMode
 from rollouts.choices import NodeState, OnFailure, RolloutStatus, RolloutStrategy
+from rollouts.creating import nodes_selected
 from rollouts.models import RollingUpdate, RolloutNode
 from rollouts.windows import InvalidWindow, parse_window, waiting_message
 from scheduler.core.maintenance_window import MAX_DURATION_MINUTES
@@ -66,7 +67,11 @@ class RolloutCreateSerializer(StrictSerializer):
     """The body of `POST /api/v1/rollouts/` and of `.../preview/`."""
 
     name = RolloutNameField(max_length=63, validators=[RegexValidator(NAME_PATTERN, "Enter a DNS label: a-z, 0-9 and '-'.")])
-    nodes = serializers.ListField(child=StrictStringField(max_length=253), min_length=1, max_length=1000)
+    nodes = serializers.ListField(child=StrictStringField(max_length=253), min_length=1, max_length=1000,
+                                  required=False, help_text="The target nodes by name; or give node_selector.")
+    node_selector = serializers.DictField(
+        child=StrictStringField(max_length=63, allow_blank=True), required=False, allow_empty=False,
+        help_text="The target nodes by label, as a nodeSelector (every label equal); or give nodes.")
     config = RolloutConfigSerializer()
     strategy = serializers.ChoiceField(choices=RolloutStrategy.choices(), default=RolloutStrategy.ROLLING)
     max_unavailable = StrictIntegerField(min_value=1, max_value=MAX_UNAVAILABLE, default=1)
@@ -77,9 +82,21 @@ class RolloutCreateSerializer(StrictSerializer):
     move_back = serializers.BooleanField(
         default=False, help_text="Once a node is proven and uncordoned, move the workloads that left it back onto it.")
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("nodes" in attrs) == ("node_selector" in attrs):
+            raise serializers.ValidationError({"nodes": ["Give the target nodes either by name (nodes) or by label "
+                                                         "(node_selector), not both and not neither."]})
+        if "node_selector" in attrs:
+            names = nodes_selected(attrs["node_selector"])
+            if not names:
+                raise serializers.ValidationError({"node_selector": ["No node has all of these labels."]})
+            attrs["nodes"] = names
+        return attrs
+
     def request_values(self) -> dict[str, Any]:
         """The validated body as ``rollouts.creating.validate_request`` keywords."""
         data = dict(self.validated_data)
+        data.pop("node_selector", None)
         data["node_names"] = data.pop("nodes")
         return data
 

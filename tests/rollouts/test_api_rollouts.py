@@ -291,3 +291,31 @@ def test_read_one(operator_api, cluster):
     data = operator_api.get(f"{URL}{created['id']}/").json()
     assert data == created
     assert operator_api.get(f"{URL}999999/").status_code == 404
+
+
+def test_targets_may_be_chosen_by_label_like_a_node_selector(operator_api, cluster):
+    a, b, c = cluster
+    for node, pool in ((a, "serving"), (b, "serving"), (c, "batch")):
+        node.labels = {"pool": pool, "kubernetes.io/os": "linux"}
+        node.save(update_fields=["labels"])
+
+    data = {k: v for k, v in body(node_selector={"pool": "serving", "kubernetes.io/os": "linux"}).items() if k != "nodes"}
+    response = operator_api.post(URL, data, format="json")
+
+    assert response.status_code == 201, response.content
+    assert sorted(n["node"] for n in response.json()["nodes"]) == ["gpu-a", "gpu-b"]
+
+
+@pytest.mark.parametrize(("overrides", "field", "words"), [
+    ({"node_selector": {"pool": "nowhere"}, "nodes": None}, "node_selector", "No node has all of these labels."),
+    ({"node_selector": {"pool": "serving"}}, "nodes", "not both"),
+    ({"nodes": None}, "nodes", "not neither"),
+])
+def test_a_selector_that_matches_nothing_or_comes_with_names_is_a_400(operator_api, cluster, overrides, field, words):
+    data = {k: v for k, v in body(**overrides).items() if v is not None}
+
+    response = operator_api.post(URL, data, format="json")
+
+    assert response.status_code == 400, response.content
+    assert words in " ".join(response.json()[field])
+    assert not RollingUpdate.objects.exists()
