@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -136,7 +137,7 @@ class _State:
         self.model = np.array([n.gpu_model for n in nodes], dtype=object)
         self.target = np.array([not n.cordoned for n in nodes], dtype=np.bool_)
         self.busy_gpu = self.free < WHOLE_GPU_MILLI  # in use: worth moving onto in the GPU pass
-        self._log: list[tuple[str, int, int, object]] = []
+        self._log: list[tuple[str, int, int, Any]] = []
 
     def checkpoint(self) -> int:
         return len(self._log)
@@ -153,8 +154,7 @@ class _State:
             elif kind == "mem":
                 self.mem[row] = value
             else:
-                profile, count = value  # type: ignore[misc]
-                self.mig[row][col][profile] = count
+                self.mig[row][col][value[0]] = value[1]
 
     def take(self, row: int, cols: Sequence[int], w: PlanWorkload) -> None:
         self._log += [("cpu", row, 0, int(self.cpu[row])), ("mem", row, 0, int(self.mem[row]))]

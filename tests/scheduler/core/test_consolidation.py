@@ -168,7 +168,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[PlanNode], list[PlanWorkload], dict[
         share = WHOLE_GPU_MILLI if node.sharing_mode == "exclusive" else draw(st.sampled_from([100, 250, 500, 1000]))
         width = draw(st.integers(0, 2)) if share == WHOLE_GPU_MILLI else 1
         ok = [g for g, (free, clients) in left[node.name].items()
-              if free >= share and (share == WHOLE_GPU_MILLI or clients is None or clients > 0)]
+              if (free or 0) >= share and (share == WHOLE_GPU_MILLI or clients is None or clients > 0)]
         if len(ok) < width:
             continue
         chosen = tuple(ok[:width])
