@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "nodes",
     "scheduler",
     "rollouts",
+    "consolidation",
 ]
 
 MIDDLEWARE = [
@@ -307,7 +308,31 @@ ROLLOUT_RECONCILE_INTERVAL_S = env_int("GPUPLANE_ROLLOUT_RECONCILE_INTERVAL_S", 
 ROLLOUT_STEP_TIMEOUT_S = env_int("GPUPLANE_ROLLOUT_STEP_TIMEOUT_S", 600, minimum=10)
 ROLLOUT_EVICTION_BACKOFF_S = env_int("GPUPLANE_ROLLOUT_EVICTION_BACKOFF_S", 10, minimum=1)
 
+# Consolidation (DESIGN.md section 6): how often the analysis runs, how long a proposed plan may
+# wait for an admin, whether plans are approved automatically (off: an admin decides), the
+# re-placement policy, how many replicas of one deployment a plan may move (its disruption
+# budget), the executor's tick, how long a move may take, and GPU prices (catalog key -> USD/h).
+CONSOLIDATION_INTERVAL_S = env_int("GPUPLANE_CONSOLIDATION_INTERVAL_S", 300, minimum=10)
+CONSOLIDATION_PLAN_TTL_S = env_int("GPUPLANE_CONSOLIDATION_PLAN_TTL_S", 1800, minimum=60)
+AUTO_CONSOLIDATE = env_bool("GPUPLANE_AUTO_CONSOLIDATE", False)
+CONSOLIDATION_POLICY = env_choice("GPUPLANE_CONSOLIDATION_POLICY", "bestfit", ("bestfit", "firstfit", "worstfit"))
+CONSOLIDATION_MOVES_PER_DEPLOYMENT = env_int("GPUPLANE_CONSOLIDATION_MOVES_PER_DEPLOYMENT", 1, minimum=0)
+CONSOLIDATION_EXECUTE_INTERVAL_S = env_int("GPUPLANE_CONSOLIDATION_EXECUTE_INTERVAL_S", 5, minimum=1)
+CONSOLIDATION_MOVE_TIMEOUT_S = env_int("GPUPLANE_CONSOLIDATION_MOVE_TIMEOUT_S", 600, minimum=10)
+CONSOLIDATION_DEFAULT_GPU_PRICE_USD_PER_HOUR = 2.0
+GPU_PRICES_USD_PER_HOUR: dict[str, float] = {}
+
 CELERY_BEAT_SCHEDULE = {
+    "analyse-consolidation": {
+        "task": "consolidation.tasks.analyse_consolidation_task",
+        "schedule": float(CONSOLIDATION_INTERVAL_S),
+        "options": {"expires": CONSOLIDATION_INTERVAL_S * 0.9},
+    },
+    "execute-consolidations": {
+        "task": "consolidation.tasks.execute_consolidations_task",
+        "schedule": float(CONSOLIDATION_EXECUTE_INTERVAL_S),
+        "options": {"expires": CONSOLIDATION_EXECUTE_INTERVAL_S * 0.9},
+    },
     "reconcile-rollouts": {
         "task": "rollouts.tasks.reconcile_rollouts_task",
         "schedule": float(ROLLOUT_RECONCILE_INTERVAL_S),
