@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from consolidation.choices import PlanStatus
@@ -45,8 +46,9 @@ class ConsolidationPlanSerializer(serializers.ModelSerializer):
     savings_per_hour = serializers.SerializerMethodField()
     disruption = DisruptionSerializer(read_only=True)
     skipped = SkippedSerializer(many=True, read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True,
+                                              help_text="The admin who approved or rejected it")
 
     class Meta:
         model = ConsolidationPlan
@@ -54,14 +56,9 @@ class ConsolidationPlanSerializer(serializers.ModelSerializer):
                   "skipped", "reason", "created_by", "decided_by", "created_at", "expires_at", "finished_at"]
         read_only_fields = fields
 
-    @staticmethod
-    def _savings(plan: ConsolidationPlan) -> dict[str, Any]:
-        return {"usd": plan.savings_usd_per_hour, "kwh": plan.savings_kwh_per_hour}
-
+    @extend_schema_field(SavingsSerializer)
     def get_savings_per_hour(self, plan: ConsolidationPlan) -> dict[str, Any]:
-        return SavingsSerializer(self._savings(plan)).data
-
-    get_savings_per_hour.__annotations__["return"] = SavingsSerializer  # the schema's shape
+        return {"usd": plan.savings_usd_per_hour, "kwh": plan.savings_kwh_per_hour}
 
 
 class RejectSerializer(StrictSerializer):

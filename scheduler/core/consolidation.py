@@ -4,9 +4,9 @@ Pure Python + numpy, no Django. Given the nodes (each GPU's free milli, MPS/time
 room, free MIG partitions; CPU and host memory left; cordoned) and the workloads on them, it
 
 1. tries to evacuate the least-loaded nodes first: each workload (highest priority first, then
-   the largest) is re-placed with the packing policy (BestFit by default) onto a node that is
-   neither being emptied nor already emptied; a node counts as freed only if *all* its
-   workloads fit elsewhere (else nothing of it moves);
+   the largest) is re-placed with the packing policy (BestFit by default) onto a node in use
+   (moving onto an idle one frees nothing) that is neither being emptied nor already emptied;
+   a node counts as freed only if *all* its workloads fit elsewhere (else nothing of it moves);
 2. then, on the nodes that stay, tries to empty partly used GPUs the same way, onto GPUs that
    are already in use (moving onto an idle GPU would free nothing).
 
@@ -172,44 +172,56 @@ class _State:
                 self.clients[row, col] -= 1
 
 
-def _candidates(state: _State, w: PlanWorkload, allowed: np.ndarray) -> list[tuple[int, list[int]]]:
-    """(row, GPU columns) for every allowed node where ``w`` fits, in row order."""
+Candidates = tuple[np.ndarray, np.ndarray]  # rows (R,), the GPU columns each would take (R, k)
+
+
+def _candidates(state: _State, w: PlanWorkload, allowed: np.ndarray, gpu_ok: np.ndarray | None = None) -> Candidates:
+    """Every allowed node where ``w`` fits (in row order) and the GPUs it would take there;
+    ``gpu_ok`` (nodes x GPUs) limits which GPUs may be taken."""
     ok = allowed & (state.cpu >= w.cpu_milli) & (state.mem >= w.memory_mib)
-    if not w.gpus:
-        return [(int(r), []) for r in np.flatnonzero(ok)]
+    width = len(w.gpus)
+    if not width:
+        rows = np.flatnonzero(ok)
+        return rows, np.zeros((len(rows), 0), dtype=np.int64)
     ok &= state.mode == w.sharing
     if w.gpu_models:
         ok &= np.isin(state.model, w.gpu_models)
     rows = np.flatnonzero(ok)
     if w.mig_profile:
-        found = []
+        found_rows, found_cols = [], []
         for r in rows:
-            cols = [c for c, free in enumerate(state.mig[r]) if free.get(w.mig_profile, 0) > 0]
-            if len(cols) >= len(w.gpus):
-                found.append((int(r), cols[:len(w.gpus)]))
-        return found
+            cols = [c for c, free in enumerate(state.mig[r]) if free.get(w.mig_profile, 0) > 0
+                    and (gpu_ok is None or gpu_ok[r, c])]
+            if len(cols) >= width:
+                found_rows.append(int(r))
+                found_cols.append(cols[:width])
+        return np.array(found_rows, dtype=np.int64), np.array(found_cols, dtype=np.int64).reshape(len(found_rows), width)
     room = state.exists[rows] & (state.free[rows] >= w.share_milli)
+    if gpu_ok is not None:
+        room &= gpu_ok[rows]
     if w.share_milli < WHOLE_GPU_MILLI:
         room &= state.clients[rows] > 0
-    if len(w.gpus) > 1 or w.share_milli >= WHOLE_GPU_MILLI:
-        enough = room.sum(axis=1) >= len(w.gpus)
-        return [(int(rows[i]), [int(c) for c in np.flatnonzero(room[i])[:len(w.gpus)]]) for i in np.flatnonzero(enough)]
-    # A share: the GPU with the least free room that still holds it.
-    masked = np.where(room, state.free[rows], np.iinfo(np.int64).max)
-    best = masked.argmin(axis=1)
-    return [(int(rows[i]), [int(best[i])]) for i in np.flatnonzero(room.any(axis=1))]
+        # A share: the GPU with the least free room that still holds it.
+        keep = room.any(axis=1)
+        masked = np.where(room, state.free[rows], np.iinfo(np.int64).max)
+        return rows[keep], masked.argmin(axis=1)[keep][:, None]
+    # Whole GPUs: the lowest-index free ones.
+    keep = room.sum(axis=1) >= width
+    order = np.argsort(~room[keep], axis=1, kind="stable")
+    return rows[keep], order[:, :width]
 
 
-def _pick(state: _State, w: PlanWorkload, found: list[tuple[int, list[int]]], policy: str) -> tuple[int, list[int]] | None:
-    if not found:
+def _pick(state: _State, w: PlanWorkload, found: Candidates, policy: str) -> tuple[int, list[int]] | None:
+    rows, cols = found
+    if not len(rows):
         return None
-    if policy == "firstfit":
-        return found[0]
-    rows = np.array([r for r, _ in found])
-    gpu_left = (state.free[rows] * state.exists[rows]).sum(axis=1) - w.used_milli
-    term = 0.5 * (state.cpu[rows] - w.cpu_milli) / _CPU_NORM + 0.5 * gpu_left / _GPU_NORM
-    score = (100 * (1 - term) if policy == "bestfit" else 100 * term).astype(np.int64)
-    return found[int(np.argmax(score))]
+    best = 0
+    if policy != "firstfit":
+        gpu_left = (state.free[rows] * state.exists[rows]).sum(axis=1) - w.used_milli
+        term = 0.5 * (state.cpu[rows] - w.cpu_milli) / _CPU_NORM + 0.5 * gpu_left / _GPU_NORM
+        score = (100 * (1 - term) if policy == "bestfit" else 100 * term).astype(np.int64)
+        best = int(np.argmax(score))
+    return int(rows[best]), [int(c) for c in cols[best]]
 
 
 def _order(workloads: Sequence[PlanWorkload]) -> list[PlanWorkload]:
@@ -250,12 +262,12 @@ class _Planner:
         mark = self.state.checkpoint()
         moves = []
         for w in _order(workloads):
-            found = _candidates(self.state, w, allowed)
+            gpu_ok = None
             if onto_busy_gpus or exclude is not None:
-                found = [(r, cols) for r, cols in found
-                         if (not onto_busy_gpus or all(self.state.busy_gpu[r, c] for c in cols))
-                         and (exclude is None or all((r, c) != exclude for c in cols))]
-            choice = _pick(self.state, w, found, self.policy)
+                gpu_ok = self.state.busy_gpu.copy() if onto_busy_gpus else np.ones_like(self.state.busy_gpu)
+                if exclude is not None:
+                    gpu_ok[exclude] = False
+            choice = _pick(self.state, w, _candidates(self.state, w, allowed, gpu_ok), self.policy)
             if choice is None:
                 self.state.rollback(mark)
                 return None
@@ -282,6 +294,8 @@ class _Planner:
                 for i, n in enumerate(self.nodes)]
         freed: list[str] = []
         emptied = ~st.target.copy()  # cordoned nodes never take anything
+        # Moving onto an idle node frees nothing: only nodes in use take workloads.
+        emptied |= np.array([not self.by_node[n.name] for n in self.nodes], dtype=np.bool_)
         for _, count, row in sorted(load):
             node = self.nodes[row]
             if count == 0 or node.cordoned or self.received[row]:

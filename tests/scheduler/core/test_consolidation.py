@@ -58,6 +58,7 @@ def check_plan(nodes: list[PlanNode], workloads: list[PlanWorkload], result: Con
         target = left[move.to_node]
         assert move.from_node == w.node and move.to_node != w.node or move.to_gpus != w.gpus
         assert move.to_node not in freed, "nothing is placed on a freed node"
+        assert any(o.node == move.to_node for o in workloads), "moving onto an idle node frees nothing"
         assert not target.cordoned and not left[w.node].cordoned
         assert not w.do_not_disrupt
         assert len(move.to_gpus) == len(w.gpus) == len(set(move.to_gpus))
