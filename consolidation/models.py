@@ -13,6 +13,10 @@ from django.db import models
 from consolidation.choices import PlanStatus
 
 
+def no_disruption() -> dict[str, object]:
+    return {"workloads_moved": 0, "pdb_budget_used": {}}
+
+
 class ConsolidationPlan(models.Model):
     status = models.CharField(max_length=16, choices=PlanStatus.choices, default=PlanStatus.PROPOSED)
     moves = models.JSONField(default=list, blank=True, help_text="[{workload, placement, deployment, from_node, "
@@ -21,7 +25,7 @@ class ConsolidationPlan(models.Model):
     gpus_freed = models.PositiveIntegerField(default=0)
     savings_usd_per_hour = models.FloatField(default=0.0)
     savings_kwh_per_hour = models.FloatField(default=0.0)
-    disruption = models.JSONField(default=dict, blank=True, help_text="{workloads_moved, pdb_budget_used}")
+    disruption = models.JSONField(default=no_disruption, blank=True, help_text="{workloads_moved, pdb_budget_used}")
     method = models.TextField(blank=True, help_text="How the plan was computed")
     skipped = models.JSONField(default=list, blank=True, help_text="Nodes left as they are, and why")
     fingerprint = models.JSONField(default=dict, blank=True, help_text="Per node it touches: the state it relies on")
