@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "scheduler",
     "rollouts",
     "savings",
+    "consolidation",
 ]
 
 MIDDLEWARE = [
@@ -315,8 +316,29 @@ GPU_PRICE_USD_PER_HOUR = env_number_map("GPUPLANE_GPU_PRICE_USD_PER_HOUR")
 # How often a savings sample is recorded, and how long samples are kept (as the telemetry rollups).
 SAVINGS_SAMPLE_INTERVAL_S = env_int("GPUPLANE_SAVINGS_SAMPLE_INTERVAL_S", 300, minimum=10)
 SAVINGS_RETENTION_D = env_int("GPUPLANE_SAVINGS_RETENTION_D", 30, minimum=1)
+# Consolidation (DESIGN.md section 6): how often the analysis runs, how long a proposed plan may
+# wait for an admin, whether plans are approved automatically (off: an admin decides), the
+# re-placement policy, how many replicas of one deployment a plan may move (its disruption
+# budget), the executor's tick and how long a move may take. GPU prices: GPU_PRICE_USD_PER_HOUR above.
+CONSOLIDATION_INTERVAL_S = env_int("GPUPLANE_CONSOLIDATION_INTERVAL_S", 300, minimum=10)
+CONSOLIDATION_PLAN_TTL_S = env_int("GPUPLANE_CONSOLIDATION_PLAN_TTL_S", 1800, minimum=60)
+AUTO_CONSOLIDATE = env_bool("GPUPLANE_AUTO_CONSOLIDATE", False)
+CONSOLIDATION_POLICY = env_choice("GPUPLANE_CONSOLIDATION_POLICY", "bestfit", ("bestfit", "firstfit", "worstfit"))
+CONSOLIDATION_MOVES_PER_DEPLOYMENT = env_int("GPUPLANE_CONSOLIDATION_MOVES_PER_DEPLOYMENT", 1, minimum=0)
+CONSOLIDATION_EXECUTE_INTERVAL_S = env_int("GPUPLANE_CONSOLIDATION_EXECUTE_INTERVAL_S", 5, minimum=1)
+CONSOLIDATION_MOVE_TIMEOUT_S = env_int("GPUPLANE_CONSOLIDATION_MOVE_TIMEOUT_S", 600, minimum=10)
 
 CELERY_BEAT_SCHEDULE = {
+    "analyse-consolidation": {
+        "task": "consolidation.tasks.analyse_consolidation_task",
+        "schedule": float(CONSOLIDATION_INTERVAL_S),
+        "options": {"expires": CONSOLIDATION_INTERVAL_S * 0.9},
+    },
+    "execute-consolidations": {
+        "task": "consolidation.tasks.execute_consolidations_task",
+        "schedule": float(CONSOLIDATION_EXECUTE_INTERVAL_S),
+        "options": {"expires": CONSOLIDATION_EXECUTE_INTERVAL_S * 0.9},
+    },
     "reconcile-rollouts": {
         "task": "rollouts.tasks.reconcile_rollouts_task",
         "schedule": float(ROLLOUT_RECONCILE_INTERVAL_S),

@@ -31,11 +31,13 @@ urlpatterns = [
     path("api/v1/", include("lifecycle.api.urls")),
     path("api/v1/", include("rollouts.api.urls")),
     path("api/v1/", include("savings.api.urls")),
+    path("api/v1/", include("consolidation.api.urls")),
     # Prometheus scrapes this; open unless GPUPLANE_METRICS_TOKEN is set (gpuplane/observability.py).
     path("metrics", MetricsView.as_view(), name="metrics"),
     path("deployments/", include("scheduler.urls")),
     path("rollouts/", include("rollouts.urls")),
     path("savings/", include("savings.urls")),
+    path("consolidation/", include("consolidation.urls")),
     path("", OverviewView.as_view(), name="overview"),
     path("", include("nodes.urls")),
 ]

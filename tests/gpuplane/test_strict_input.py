@@ -7,13 +7,16 @@ not from a hand-written list, so a new endpoint is covered the day it is added.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from drf_spectacular.generators import EndpointEnumerator
 from rest_framework import serializers
 from rest_framework.test import APIClient
 
+from consolidation.models import ConsolidationPlan
 from gpuplane.strict_input import RejectUnknownFieldsMixin, StrictIntegerField
 from nodes.api import telemetry
 from nodes.models import GPU, Node
@@ -56,6 +59,7 @@ def objects(admin_api) -> dict[str, str]:
     gpu = GPU.objects.select_related("node").first()
     assert gpu is not None
     RollingUpdate.objects.create(name="ts4", config={"mode": "timeslice", "replicas": 4, "mig_layout": None})
+    ConsolidationPlan.objects.create(expires_at=timezone.now() + timedelta(hours=1))
     return {"name": gpu.node.name, "uuid": gpu.uuid}
 
 

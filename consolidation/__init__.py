@@ -1,0 +1,1 @@
+"""Consolidation plans: analysis, admin approval, replacement-first execution (DESIGN.md section 6)."""

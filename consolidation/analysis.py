@@ -1,0 +1,174 @@
+"""The consolidation analysis: the cluster as it is now, fed to the pure planner, stored as a plan.
+
+``cluster_for_consolidation`` reads every node once: each GPU's free milli (``allocated_milli``),
+its MPS / time-slice client room (free slots; for weighted MPS the model's client limit minus
+the partitions in use), its free MIG instances by profile; every active gpuplane placement as
+a workload. What gpuplane may not move is marked do-not-disrupt: a deployment labelled
+``gpuplane.io/do-not-disrupt=true`` and pods gpuplane did not place (found on a partition), so a
+node holding one is never emptied. A node that is cordoned, not ready, or owned by an active
+rollout is neither emptied nor a target. A workload moves only to a GPU of its own model (its
+memory and speed stay as they were). Each deployment may lose at most
+``CONSOLIDATION_MOVES_PER_DEPLOYMENT`` replicas to moves in one plan (its disruption budget).
+
+``fingerprint`` is, per node, what the plan relies on (readiness, cordon, sharing config, each
+GPU's allocation, the active placements on it); ``changed_nodes`` compares it with now.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from consolidation.choices import PlanStatus
+from consolidation.models import ConsolidationPlan
+from consolidation.pricing import kwh_per_hour, price_usd_per_hour
+from lifecycle.audit import record
+from nodes.catalog import CATALOG
+from nodes.contract import ANNOTATION_DO_NOT_DISRUPT
+from nodes.holds import free_partition_filter
+from nodes.models import Node, Partition
+from nodes.vocabulary import PartitionKind, SharingMode
+from rollouts.choices import ACTIVE_STATUSES
+from rollouts.models import RolloutNode
+from scheduler.core.consolidation import ConsolidationResult, PlanGPU, PlanNode, PlanWorkload, plan_consolidation
+from scheduler.models import Placement
+from scheduler.services.releasing import ACTIVE_PLACEMENT
+
+PRIORITY_RANK = {"high": 2, "medium": 1, "low": 0}
+PLAN_PROPOSED = "consolidationplan.proposed"
+
+
+def _free_partitions() -> tuple[dict[int, int], dict[int, Counter[str]], dict[int, int]]:
+    """Per GPU pk: free slots (MPS / time-slice), free MIG instances by profile, partitions in use."""
+    free_slots: dict[int, int] = defaultdict(int)
+    free_mig: dict[int, Counter[str]] = defaultdict(Counter)
+    free_ids = set(Partition.objects.filter(free_partition_filter()).values_list("pk", flat=True))
+    in_use: dict[int, int] = defaultdict(int)
+    for pk, gpu, kind, profile in Partition.objects.values_list("pk", "gpu_id", "kind", "mig_profile"):
+        if pk not in free_ids:
+            in_use[gpu] += 1
+        elif kind == PartitionKind.MIG:
+            free_mig[gpu][profile] += 1
+        else:
+            free_slots[gpu] += 1
+    return free_slots, free_mig, in_use
+
+
+def _placements() -> list[Placement]:
+    return list(Placement.objects.filter(status__in=ACTIVE_PLACEMENT, node__isnull=False)
+                .select_related("deployment", "node").order_by("pk"))
+
+
+def cluster_for_consolidation() -> tuple[list[PlanNode], list[PlanWorkload], dict[str, int]]:
+    """Nodes, workloads and disruption budgets for the planner (see the module docstring)."""
+    owned = set(RolloutNode.objects.filter(rollout__status__in=ACTIVE_STATUSES).values_list("node_name", flat=True))
+    free_slots, free_mig, in_use = _free_partitions()
+    nodes: list[PlanNode] = []
+    for node in Node.objects.prefetch_related("gpus").order_by("name"):
+        gpus = []
+        for gpu in sorted(node.gpus.all(), key=lambda g: g.index):
+            clients: int | None = None
+            if node.sharing_mode in (SharingMode.MPS, SharingMode.TIMESLICE):
+                clients = free_slots.get(gpu.pk, 0)
+            elif node.sharing_mode == SharingMode.MPS_WEIGHTED:
+                model = CATALOG.get(gpu.model)
+                clients = max(0, (model.mps_max_clients if model else 16) - in_use.get(gpu.pk, 0))
+            gpus.append(PlanGPU(gpu.index, gpu.free_milli, clients, dict(free_mig.get(gpu.pk, {}))))
+        nodes.append(PlanNode(node.name, tuple(gpus), node.sharing_mode, node.gpu_model,
+                              cordoned=node.cordoned or not node.ready or node.name in owned))
+    workloads = []
+    budget = settings.CONSOLIDATION_MOVES_PER_DEPLOYMENT
+    budgets: dict[str, int] = {}
+    for placement in _placements():
+        deployment = placement.deployment
+        budgets[str(deployment.pk)] = budget
+        marked = str(deployment.labels.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower() == "true"
+        workloads.append(PlanWorkload(
+            key=str(placement.pk), group=str(deployment.pk), node=placement.node.name,
+            gpus=tuple(placement.gpu_indexes or ()), share_milli=placement.share_milli,
+            sharing=placement.sharing or "exclusive", mig_profile=placement.mig_profile,
+            gpu_models=(placement.node.gpu_model,), priority=PRIORITY_RANK.get(deployment.priority, 1),
+            # Not placed by gpuplane (no partition kind): not ours to move.
+            do_not_disrupt=marked or not placement.sharing))
+    for pod, node_name in Partition.objects.exclude(pod="").values_list("pod", "gpu__node__name").distinct():
+        workloads.append(PlanWorkload(f"pod:{pod}", f"pod:{pod}", node_name, (), 0, do_not_disrupt=True))
+    return nodes, workloads, budgets
+
+
+def fingerprint(node_names: list[str]) -> dict[str, Any]:
+    """What a plan relies on, per node (see the module docstring); JSON-ready."""
+    placements: dict[str, list[list[Any]]] = defaultdict(list)
+    for p in Placement.objects.filter(status__in=ACTIVE_PLACEMENT, node__name__in=node_names).select_related("node"):
+        placements[p.node.name].append([p.pk, sorted(p.gpu_indexes or ()), p.share_milli, p.mig_profile])
+    found: dict[str, Any] = {}
+    for node in Node.objects.filter(name__in=node_names).prefetch_related("gpus"):
+        found[node.name] = {
+            "ready": node.ready, "cordoned": node.cordoned, "sharing_mode": node.sharing_mode,
+            "sharing_replicas": node.sharing_replicas,
+            "gpus_allocated_milli": [g.allocated_milli for g in sorted(node.gpus.all(), key=lambda g: g.index)],
+            "placements": sorted(placements.get(node.name, [])),
+        }
+    return found
+
+
+def changed_nodes(plan: ConsolidationPlan) -> list[str]:
+    """'<node>: <what changed>' for every node the plan relies on that is not as it was."""
+    now = fingerprint(list(plan.fingerprint))
+    changes = []
+    for name, then in sorted(plan.fingerprint.items()):
+        current = now.get(name)
+        if current is None:
+            changes.append(f"{name}: gone")
+            continue
+        fields = [key for key in then if then[key] != current.get(key)]
+        if fields:
+            changes.append(f"{name}: {', '.join(fields)} changed")
+    return changes
+
+
+def _move_rows(result: ConsolidationResult) -> list[dict[str, Any]]:
+    placements = {str(p.pk): p for p in Placement.objects.filter(
+        pk__in=[int(m.workload) for m in result.moves]).select_related("deployment")}
+    rows = []
+    for move in result.moves:
+        placement = placements[move.workload]
+        deployment = placement.deployment
+        rows.append({**move.as_dict(), "placement": placement.pk, "deployment": deployment.pk,
+                     "workload": f"{deployment.namespace}/{deployment.name} replica {placement.replica_index}"})
+    return rows
+
+
+def _savings(nodes_freed: tuple[str, ...]) -> tuple[float, float]:
+    """Money and energy per hour of the GPUs of the freed nodes (they can be switched off or given back)."""
+    usd = kwh = 0.0
+    for node in Node.objects.filter(name__in=list(nodes_freed)).prefetch_related("gpus"):
+        for gpu in node.gpus.all():
+            model = gpu.model or node.gpu_model
+            usd += price_usd_per_hour(model)
+            kwh += kwh_per_hour(model)
+    return round(usd, 4), round(kwh, 4)
+
+
+def analyse(*, actor: Any = None, store_empty: bool = True) -> ConsolidationPlan | None:
+    """Run the planner on the cluster now and store its plan (proposed); None when it found
+    nothing to do and ``store_empty`` is False (the beat's analysis keeps no empty plans)."""
+    nodes, workloads, budgets = cluster_for_consolidation()
+    result = plan_consolidation(nodes, workloads, budgets=budgets, policy=settings.CONSOLIDATION_POLICY)
+    if not result.moves and not store_empty:
+        return None
+    touched = sorted({m.from_node for m in result.moves} | {m.to_node for m in result.moves})
+    usd, kwh = _savings(result.nodes_freed)
+    plan = ConsolidationPlan.objects.create(
+        status=PlanStatus.PROPOSED, moves=_move_rows(result), nodes_freed=list(result.nodes_freed),
+        gpus_freed=len(result.gpus_freed), savings_usd_per_hour=usd, savings_kwh_per_hour=kwh,
+        disruption={"workloads_moved": result.workloads_moved, "pdb_budget_used": dict(result.pdb_budget_used)},
+        method=result.method, skipped=[{"node": s.node, "gpu": s.gpu, "reason": s.reason} for s in result.skipped],
+        fingerprint=fingerprint(touched), created_by=actor if getattr(actor, "pk", None) else None,
+        expires_at=timezone.now() + timedelta(seconds=settings.CONSOLIDATION_PLAN_TTL_S))
+    record(PLAN_PROPOSED, plan, actor=actor or "consolidation",
+           reason=f"{len(result.moves)} move(s) free {len(result.nodes_freed)} node(s) and {len(result.gpus_freed)} GPU(s)",
+           after={"status": plan.status, "nodes_freed": plan.nodes_freed})
+    return plan

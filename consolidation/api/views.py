@@ -1,0 +1,89 @@
+"""`/api/v1/consolidations/`: list and read plans (viewer), analyse now, approve, reject (admin).
+
+Thin: HTTP to ``consolidation.analysis`` and ``consolidation.approval``. Every write needs the
+admin role (operators and viewers get 403). Approving or rejecting a plan that is not proposed,
+or that has expired, is a 409 with the reason.
+"""
+from __future__ import annotations
+
+import django_filters
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.viewsets import GenericViewSet
+
+from consolidation.analysis import analyse
+from consolidation.api.serializers import ConsolidationPlanSerializer, RejectSerializer
+from consolidation.approval import NotAllowed, approve, reject
+from consolidation.choices import PlanStatus
+from consolidation.models import ConsolidationPlan
+from gpuplane.parsers import LimitedJSONParser
+from gpuplane.roles import ADMIN
+from gpuplane.strict_input import NoFieldsSerializer, StrictQueryParametersMixin
+
+
+class PlanFilterSet(django_filters.FilterSet):
+    """`?status=` (repeatable; an unknown status is a 400)."""
+
+    status = django_filters.MultipleChoiceFilter(choices=PlanStatus.choices())
+
+    class Meta:
+        model = ConsolidationPlan
+        fields = ["status"]
+
+
+_CONFLICT = OpenApiResponse(description="Not proposed any more, or expired (detail says why)")
+
+
+class ConsolidationPlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, StrictQueryParametersMixin,
+                               GenericViewSet):
+    serializer_class = ConsolidationPlanSerializer
+    filterset_class = PlanFilterSet
+    parser_classes = [LimitedJSONParser]
+    write_role = ADMIN
+    lookup_value_regex = r"[0-9]+"
+    ordering_fields = ["created_at", "status"]
+    ordering = ["-created_at", "-id"]
+
+    def get_queryset(self) -> QuerySet[ConsolidationPlan]:
+        return ConsolidationPlan.objects.select_related("created_by", "decided_by").order_by("-created_at", "-id")
+
+    @extend_schema(request=None, responses={201: ConsolidationPlanSerializer})
+    def create(self, request: Request) -> Response:
+        """Run the consolidation analysis now and store its plan (proposed, waiting for approval)."""
+        NoFieldsSerializer(data=request.data).is_valid(raise_exception=True)
+        plan = analyse(actor=request.user)
+        assert plan is not None  # store_empty: always a plan
+        return Response(self.get_serializer(self.get_queryset().get(pk=plan.pk)).data, status=status.HTTP_201_CREATED)
+
+    def _answer(self, plan: ConsolidationPlan) -> Response:
+        return Response(self.get_serializer(self.get_queryset().get(pk=plan.pk)).data)
+
+    @extend_schema(request=None, responses={200: ConsolidationPlanSerializer, 409: _CONFLICT}, filters=False)
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        """Approve a proposed plan: the executor re-validates it, then moves each workload replacement-first."""
+        plan = self.get_object()
+        NoFieldsSerializer(data=request.data).is_valid(raise_exception=True)
+        try:
+            plan = approve(plan, actor=request.user)
+        except NotAllowed as error:
+            return Response({"detail": str(error), "status": plan.status}, status=status.HTTP_409_CONFLICT)
+        return self._answer(plan)
+
+    @extend_schema(request=RejectSerializer, responses={200: ConsolidationPlanSerializer, 409: _CONFLICT},
+                   filters=False)
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str | None = None) -> Response:
+        """Reject a proposed plan, with a reason; nothing moves."""
+        plan = self.get_object()
+        body = RejectSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            plan = reject(plan, body.validated_data["reason"], actor=request.user)
+        except NotAllowed as error:
+            return Response({"detail": str(error), "status": plan.status}, status=status.HTTP_409_CONFLICT)
+        return self._answer(plan)

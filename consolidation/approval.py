@@ -1,0 +1,61 @@
+"""What an admin does to a plan: approve or reject it (with a reason); and plans that expire.
+
+``NotAllowed`` (a 409) says why a plan's status does not allow the action. A proposed plan past
+its ``expires_at`` is moved to ``expired`` first, so it can never be approved late: the cluster
+it was computed on is too old to trust. Approving only moves the plan; the executor's tick
+(``consolidation.execution``) re-validates it and does the moves.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from consolidation.choices import PlanStatus
+from consolidation.models import ConsolidationPlan
+from consolidation.state import move_plan
+
+P = PlanStatus
+
+
+class NotAllowed(Exception):
+    """The plan's status does not allow the action; the message says so."""
+
+
+def expire_stale(now: datetime | None = None) -> int:
+    """Move every proposed plan past its ``expires_at`` to expired; how many."""
+    moment = now or timezone.now()
+    expired = 0
+    for plan in ConsolidationPlan.objects.filter(status=P.PROPOSED, expires_at__lte=moment):
+        expired += move_plan(plan, P.EXPIRED, actor="consolidation",
+                             reason=f"not approved before it expired at {plan.expires_at.isoformat()}")
+    return expired
+
+
+def _decide(plan: ConsolidationPlan, to: str, action: str, actor: Any, reason: str) -> ConsolidationPlan:
+    plan.refresh_from_db()
+    if plan.status == P.PROPOSED and plan.expires_at <= timezone.now():
+        move_plan(plan, P.EXPIRED, actor="consolidation",
+                  reason=f"not approved before it expired at {plan.expires_at.isoformat()}")
+        plan.refresh_from_db()
+    if plan.status != P.PROPOSED:
+        raise NotAllowed(f"Cannot {action} a plan that is {plan.status}: only a proposed one"
+                         + (" (it expired; run the analysis again)" if plan.status == P.EXPIRED else "") + ".")
+    if not move_plan(plan, to, actor=actor, reason=reason, values={"decided_by": actor if getattr(actor, "pk", None) else None}):
+        plan.refresh_from_db()
+        raise NotAllowed(f"Cannot {action} a plan that is {plan.status}: only a proposed one.")
+    plan.refresh_from_db()
+    return plan
+
+
+def approve(plan: ConsolidationPlan, *, actor: Any = None) -> ConsolidationPlan:
+    who = getattr(actor, "username", actor) or "system"
+    return _decide(plan, P.APPROVED, "approve", actor, f"approved by {who}")
+
+
+def reject(plan: ConsolidationPlan, reason: str, *, actor: Any = None) -> ConsolidationPlan:
+    if not reason.strip():
+        raise ValueError("a rejection needs a reason")
+    who = getattr(actor, "username", actor) or "system"
+    return _decide(plan, P.REJECTED, "reject", actor, f"rejected by {who}: {reason.strip()}")
