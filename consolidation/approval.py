@@ -50,6 +50,8 @@ def _decide(plan: ConsolidationPlan, to: str, action: str, actor: Any, reason: s
 
 
 def approve(plan: ConsolidationPlan, *, actor: Any = None) -> ConsolidationPlan:
+    if not plan.moves:
+        raise NotAllowed("This plan has no moves: there is nothing to approve (it only answers the analysis).")
     who = getattr(actor, "username", actor) or "system"
     return _decide(plan, P.APPROVED, "approve", actor, f"approved by {who}")
 

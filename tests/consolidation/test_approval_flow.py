@@ -139,3 +139,16 @@ def test_reject_needs_a_reason_and_a_decided_plan_is_a_409(spread, admin_user):
     again = admin.post(f"{URL}{plan['id']}/approve/", format="json")
     assert again.status_code == 409 and "rejected" in again.json()["detail"]
     assert admin.post(f"{URL}{plan['id']}/approve/", {"x": 1}, format="json").status_code == 400
+
+
+def test_a_plan_with_no_moves_answers_the_analysis_but_cannot_be_approved(admin_user):
+    response = client_for(admin_user).post(URL, format="json")  # an empty cluster: nothing to move
+    assert response.status_code == 201, response.content
+    plan = response.json()
+    assert plan["moves"] == []
+
+    response = client_for(admin_user).post(f"{URL}{plan['id']}/approve/", format="json")
+
+    assert response.status_code == 409
+    assert "no moves" in response.json()["detail"]
+    assert ConsolidationPlan.objects.get(pk=plan["id"]).status == "proposed"
