@@ -23,7 +23,7 @@ class MoveSerializer(serializers.Serializer):
     why = serializers.CharField()
 
 
-class SavingsSerializer(serializers.Serializer):
+class PlanSavingsSerializer(serializers.Serializer):
     usd = serializers.FloatField(help_text="Per hour: the freed nodes' GPUs at their price")
     kwh = serializers.FloatField(help_text="Per hour: the freed nodes' GPUs at their TDP")
 
@@ -56,7 +56,7 @@ class ConsolidationPlanSerializer(serializers.ModelSerializer):
                   "skipped", "reason", "created_by", "decided_by", "created_at", "expires_at", "finished_at"]
         read_only_fields = fields
 
-    @extend_schema_field(SavingsSerializer)
+    @extend_schema_field(PlanSavingsSerializer)
     def get_savings_per_hour(self, plan: ConsolidationPlan) -> dict[str, Any]:
         return {"usd": plan.savings_usd_per_hour, "kwh": plan.savings_kwh_per_hour}
 
