@@ -22,7 +22,7 @@ from datetime import datetime
 
 from rollouts.choices import NodeState
 from rollouts.models import RolloutNode
-from rollouts.steps import _note
+from rollouts.steps import note_waiting
 
 # Each node state's place in the pool's sequence.
 PHASE: dict[str, int] = {
@@ -48,7 +48,7 @@ def hold_for_pool(runnable: list[RolloutNode], pool: list[RolloutNode], now: dat
         if step.state in BARRIERS and PHASE[step.state] > slowest:
             RolloutNode.objects.filter(pk=step.pk, state=step.state).update(step_started_at=now)
             step.step_started_at = now
-            _note(step, BARRIERS[step.state])
+            note_waiting(step, BARRIERS[step.state])
         else:
             moving.append(step)
     return moving

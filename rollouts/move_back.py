@@ -32,7 +32,7 @@ from nodes.cluster.base import ClusterBackend, ClusterError
 from rollouts.choices import NodeState
 from rollouts.models import RolloutNode
 from rollouts.state import move_node
-from rollouts.steps import ACTIVE_PLACEMENTS, ACTOR, _note, _replica_index_for, _save_progress
+from rollouts.steps import ACTIVE_PLACEMENTS, ACTOR, note_waiting, replica_index_for, save_progress
 from scheduler.models import Placement
 from scheduler.services.errors import DeployFailed, NoCapacity
 from scheduler.services.placing import place_replicas, release_replica
@@ -48,15 +48,15 @@ def advance_move_back(step: RolloutNode, cluster: ClusterBackend, now: datetime)
     started = step.progress.get("move_back_started_at")
     if started is None:
         started = now.isoformat()
-        _save_progress(step, move_back_started_at=started)
+        save_progress(step, move_back_started_at=started)
     timed_out = now - datetime.fromisoformat(started) > timedelta(seconds=settings.ROLLOUT_STEP_TIMEOUT_S)
     try:
         waiting = _place_homes(step, cluster, timed_out) + _release_copies(step, cluster, timed_out)
     except ClusterError as error:  # the next tick retries: every call here is safe to repeat
-        _note(step, f"moving back: {error}")
+        note_waiting(step, f"moving back: {error}")
         return
     if waiting:
-        _note(step, f"moving back: waiting for {waiting} replica(s) to become ready here")
+        note_waiting(step, f"moving back: waiting for {waiting} replica(s) to become ready here")
         return
     back, stays = step.progress.get("back", []), step.progress.get("stays", {})
     reason = f"{len(back)} workload replica(s) moved back"
@@ -80,7 +80,7 @@ def _place_homes(step: RolloutNode, cluster: ClusterBackend, timed_out: bool) ->
         if timed_out:
             _stay(step, stays, copy, f"{deployment} not moved back within {settings.ROLLOUT_STEP_TIMEOUT_S} s")
             continue
-        index = _replica_index_for(step, copy)
+        index = replica_index_for(step, copy)
         home = deployment.placements.filter(replica_index=index, status__in=ACTIVE_PLACEMENTS).first()
         if home is None:  # else placed by a tick that died before noting it: adopt it
             # Never handed to the default scheduler: the point is this very node.
@@ -92,7 +92,7 @@ def _place_homes(step: RolloutNode, cluster: ClusterBackend, timed_out: bool) ->
                 _stay(step, stays, copy, f"{deployment} does not fit {step.node_name} now: {error}")
                 continue
         homes[key] = home.pk
-        _save_progress(step, homes=homes)
+        save_progress(step, homes=homes)
         record(REPLICA_PLACED_BACK, step, actor=ACTOR,
                reason=f"{deployment} replica {home.replica_index} placed back on {step.node_name}",
                after={"copy_placement": copy.pk, "new_placement": home.pk})
@@ -127,7 +127,7 @@ def _release_copies(step: RolloutNode, cluster: ClusterBackend, timed_out: bool)
             release_replica(copy.deployment, copy.replica_index, user=ACTOR, cluster=cluster,
                             reason=f"moved back onto {step.node_name} for rollout {step.rollout_id}")
         back.append(key)
-        _save_progress(step, back=back)
+        save_progress(step, back=back)
         record(REPLICA_MOVED_BACK, step, actor=ACTOR,
                reason=f"{deployment} replica {home.replica_index} ready on {step.node_name}; "
                       f"its copy (replica {copy.replica_index}) released",
@@ -137,6 +137,6 @@ def _release_copies(step: RolloutNode, cluster: ClusterBackend, timed_out: bool)
 
 def _stay(step: RolloutNode, stays: dict[str, str], copy: Placement, reason: str) -> None:
     stays[str(copy.pk)] = reason
-    _save_progress(step, stays=stays)
+    save_progress(step, stays=stays)
     record(REPLICA_STAYS, step, actor=ACTOR, reason=reason, after={"copy_placement": copy.pk})
 

@@ -142,26 +142,26 @@ def _prewarm(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
         if str(old.pk) in prewarmed:
             continue
         deployment = old.deployment
-        index = _replica_index_for(step, old)
+        index = replica_index_for(step, old)
         if _release_half_placed(deployment, index, cluster):
-            index = _replica_index_for(step, old)  # that index is spent now: a fresh one
+            index = replica_index_for(step, old)  # that index is spent now: a fresh one
         new = deployment.placements.filter(replica_index=index, status__in=ACTIVE_PLACEMENTS).first()
         if new is None:  # else placed by a run that died before it could note it: adopt it
             try:
                 new = place_replicas(deployment, [index], user=ACTOR, cluster=cluster)[0]
             except NoCapacity as error:
                 # Capacity may free up: wait, within the step's timeout.
-                _note(step, f"waiting for room to pre-warm {deployment}: {error}")
+                note_waiting(step, f"waiting for room to pre-warm {deployment}: {error}")
                 return
         prewarmed[str(old.pk)] = new.pk
-        _save_progress(step, prewarmed=prewarmed)
+        save_progress(step, prewarmed=prewarmed)
         record(REPLICA_PREWARMED, step, actor=ACTOR,
                reason=f"{deployment} replica {new.replica_index} placed on {new.node.name if new.node else '?'}",
                after={"old_placement": old.pk, "new_placement": new.pk})
     waiting = [p for p in Placement.objects.filter(pk__in=prewarmed.values()).select_related("deployment")
                if not (p.workload_name and cluster.workload_ready(p.deployment.namespace, p.workload_name))]
     if waiting:
-        _note(step, f"waiting for {len(waiting)} pre-warmed replica(s) to become ready")
+        note_waiting(step, f"waiting for {len(waiting)} pre-warmed replica(s) to become ready")
         return
     move_node(step, NodeState.DRAINING, actor=ACTOR, reason=f"{len(prewarmed)} replica(s) ready elsewhere",
               values={"step_started_at": now})
@@ -192,7 +192,7 @@ def _drain(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
                         reason=f"moved off {step.node_name} for rollout {step.rollout_id}")
     left = [p.key for p in _pods_on(step, cluster)]
     if left:
-        _note(step, f"waiting for {', '.join(left)} to leave")
+        note_waiting(step, f"waiting for {', '.join(left)} to leave")
         return
     move_node(step, NodeState.RECONFIGURING, actor=ACTOR, reason="drained", values={"step_started_at": now,
                                                                                   "retry_at": None})
@@ -204,7 +204,7 @@ def _reconfigure(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBack
     labels = node_labels(target, mig_capable=node.labels.get(LABEL_MIG_CAPABLE) == "true")
     if "previous_labels" not in step.progress:
         # Saved before the switch: a restore puts back exactly what was there (None: absent).
-        _save_progress(step, previous_labels={key: node.labels.get(key) for key in labels})
+        save_progress(step, previous_labels={key: node.labels.get(key) for key in labels})
     want_config(step, target.as_dict(), reason=f"rollout {step.rollout_id} switches it to {target.describe()}")
     cluster.set_node_labels(step.node_name, labels)
     if labels.get(LABEL_DEVICE_PLUGIN_CONFIG) != step.progress["previous_labels"].get(LABEL_DEVICE_PLUGIN_CONFIG):
@@ -230,7 +230,7 @@ def _verify(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) 
         return
     if not node.ready:
         # The health check: a node whose kubelet is not Ready would take no pod once uncordoned.
-        _note(step, "health check: waiting for the node to report Ready")
+        note_waiting(step, "health check: waiting for the node to report Ready")
         return
     cluster.uncordon(step.node_name)
     sync_inventory(cluster)
@@ -280,7 +280,7 @@ def _allocatable_matches(node: ClusterNode, target: NodeConfig) -> bool:
     return node.allocatable.get(RESOURCE_GPU) == len(node.gpus) * (target.replicas or 1)
 
 
-def _replica_index_for(step: RolloutNode, old: Placement) -> int:
+def replica_index_for(step: RolloutNode, old: Placement) -> int:
     """The replica index the copy of ``old`` gets, chosen once and persisted before placing it, so
     a run that dies between placing and noting the copy finds it again instead of placing another."""
     intents: dict[str, int] = dict(step.progress.get("intents", {}))
@@ -290,7 +290,7 @@ def _replica_index_for(step: RolloutNode, old: Placement) -> int:
         # None yet, or that attempt failed (its index is spent): a fresh one.
         index = next_replica_index(old.deployment)
         intents[str(old.pk)] = index
-        _save_progress(step, intents=intents)
+        save_progress(step, intents=intents)
     return index
 
 
@@ -317,12 +317,12 @@ def _cluster_node(cluster: ClusterBackend, name: str) -> ClusterNode:
     raise StepFailed("the node is gone from the cluster")
 
 
-def _save_progress(step: RolloutNode, **changes: Any) -> None:
+def save_progress(step: RolloutNode, **changes: Any) -> None:
     step.progress = {**step.progress, **changes}
     RolloutNode.objects.filter(pk=step.pk).update(progress=step.progress)
 
 
-def _note(step: RolloutNode, reason: str) -> None:
+def note_waiting(step: RolloutNode, reason: str) -> None:
     """What the node waits for, shown on the rollout page (not an audit event: nothing changed)."""
     if step.reason != reason:
         RolloutNode.objects.filter(pk=step.pk).update(reason=reason)
