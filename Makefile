@@ -42,6 +42,8 @@ run: install
 	elif $(PY) manage.py help --commands | grep -qx load_demo_cluster; then \
 		echo "$(PY) manage.py load_demo_cluster --if-empty"; \
 		$(PY) manage.py load_demo_cluster --if-empty; \
+		echo "$(PY) manage.py load_demo_deployments --if-empty"; \
+		$(PY) manage.py load_demo_deployments --if-empty; \
 	else \
 		echo "(no load_demo_cluster command in this version: starting with an empty cluster)"; \
 	fi

@@ -93,8 +93,13 @@ def cluster_for_consolidation() -> tuple[list[PlanNode], list[PlanWorkload], dic
             gpu_models=(placement.node.gpu_model,), priority=PRIORITY_RANK.get(deployment.priority, 1),
             # Not placed by gpuplane (no partition kind): not ours to move.
             do_not_disrupt=marked or not placement.sharing))
-    for pod, node_name in Partition.objects.exclude(pod="").values_list("pod", "gpu__node__name").distinct():
-        workloads.append(PlanWorkload(f"pod:{pod}", f"pod:{pod}", node_name, (), 0, do_not_disrupt=True))
+    pods: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for pod, node_name, index in Partition.objects.exclude(pod="").values_list("pod", "gpu__node__name", "gpu__index"):
+        pods[(pod, node_name)].add(index)
+    for (pod, node_name), indexes in sorted(pods.items()):
+        # Its GPUs too: a GPU it shares with a replica of ours is never counted as emptied.
+        workloads.append(PlanWorkload(f"pod:{pod}", f"pod:{pod}", node_name, tuple(sorted(indexes)), 0,
+                                      do_not_disrupt=True))
     return nodes, workloads, budgets
 
 
@@ -141,14 +146,17 @@ def _move_rows(result: ConsolidationResult) -> list[dict[str, Any]]:
     return rows
 
 
-def _savings(nodes_freed: tuple[str, ...]) -> tuple[float, float]:
-    """Money and energy per hour of the GPUs of the freed nodes (they can be switched off or given back)."""
+def _savings(gpus_freed: tuple[tuple[str, int], ...]) -> tuple[float, float]:
+    """Money and energy per hour of every GPU the plan empties (those of the freed nodes included):
+    what the savings page gains once it is executed, since it counts GPUs in use."""
+    freed = set(gpus_freed)
     usd = kwh = 0.0
-    for node in Node.objects.filter(name__in=list(nodes_freed)).prefetch_related("gpus"):
+    for node in Node.objects.filter(name__in={name for name, _ in freed}).prefetch_related("gpus"):
         for gpu in node.gpus.all():
-            model = gpu.model or node.gpu_model
-            usd += price_usd_per_hour(model)
-            kwh += kwh_per_hour(model)
+            if (node.name, gpu.index) in freed:
+                model = gpu.model or node.gpu_model
+                usd += price_usd_per_hour(model)
+                kwh += kwh_per_hour(model)
     return round(usd, 4), round(kwh, 4)
 
 
@@ -160,7 +168,7 @@ def analyse(*, actor: Any = None, store_empty: bool = True) -> ConsolidationPlan
     if not result.moves and not store_empty:
         return None
     touched = sorted({m.from_node for m in result.moves} | {m.to_node for m in result.moves})
-    usd, kwh = _savings(result.nodes_freed)
+    usd, kwh = _savings(result.gpus_freed)
     plan = ConsolidationPlan.objects.create(
         status=PlanStatus.PROPOSED, moves=_move_rows(result), nodes_freed=list(result.nodes_freed),
         gpus_freed=len(result.gpus_freed), savings_usd_per_hour=usd, savings_kwh_per_hour=kwh,

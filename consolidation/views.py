@@ -1,6 +1,7 @@
 """The consolidation page: plans with their moves, freed nodes and savings per hour, and the
-admin's Approve / Reject (with a reason) buttons. Views hold no plan logic: deciding is
-``consolidation.approval``, the same calls as the API."""
+admin's Run the analysis / Approve / Reject (with a reason) buttons. Views hold no plan logic:
+the analysis is ``consolidation.analysis`` and deciding ``consolidation.approval``, the same
+calls as the API."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,6 +13,7 @@ from django.urls import reverse
 from django.views import View
 from django.views.generic import ListView
 
+from consolidation.analysis import analyse
 from consolidation.approval import NotAllowed, approve, reject
 from consolidation.models import ConsolidationPlan
 from gpuplane.roles import ADMIN, has_role
@@ -32,6 +34,22 @@ class PlanListView(RoleRequiredMixin, ListView):
         context = super().get_context_data(**kwargs)
         context["can_decide"] = has_role(self.request.user, ADMIN)
         return context
+
+
+class PlanAnalyseView(RoleRequiredMixin, View):
+    """POST only: run the analysis now (admins), as ``POST /api/v1/consolidations/`` does."""
+
+    required_role = ADMIN
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        plan = analyse(actor=request.user)
+        assert plan is not None  # store_empty: always a plan
+        if plan.moves:
+            messages.success(request, f"Plan {plan.pk}: {len(plan.moves)} move(s) proposed; review it and approve or reject.")
+        else:
+            messages.info(request, f"Plan {plan.pk}: nothing to consolidate now.")
+        return HttpResponseRedirect(f"{reverse('consolidation:plan-list')}#plan-{plan.pk}")
 
 
 class PlanDecisionView(RoleRequiredMixin, View):

@@ -7,6 +7,7 @@ and releases every replica. Every change of state is an audit event.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
@@ -23,7 +24,8 @@ from scheduler.services.placing import place_replicas, release_all
 from scheduler.services.spec import DeploySpec, validate_spec
 
 
-def deploy(spec: DeploySpec, *, user: Any = None, cluster: ClusterBackend | None = None) -> Deployment:
+def deploy(spec: DeploySpec, *, user: Any = None, cluster: ClusterBackend | None = None,
+           nodes: Iterable[str] | None = None) -> Deployment:
     """Validate, decide, reserve and execute a deploy request; return the PLACED deployment.
 
     Raises ``ValidationError`` (bad input; nothing stored), ``NoCapacity`` (nothing fits, or the
@@ -33,13 +35,15 @@ def deploy(spec: DeploySpec, *, user: Any = None, cluster: ClusterBackend | None
     deployment is PLACED, ``scheduler.tasks.watch_deployment_task`` is enqueued (a failure to
     enqueue is logged, never raised: ``sweep_deployments`` is the safety net). The whole call, from
     validation to the cluster's answer, is one observation of ``PLACEMENT_DECISION_SECONDS``: what
-    the user waits for, not only the placement core's share of it.
+    the user waits for, not only the placement core's share of it. ``nodes`` limits the decision
+    to those node names (the demo's seed steers its deployments; None: every node).
     """
     with PLACEMENT_DECISION_SECONDS.time():
-        return _deploy(spec, user=user, cluster=cluster)
+        return _deploy(spec, user=user, cluster=cluster, nodes=nodes)
 
 
-def _deploy(spec: DeploySpec, *, user: Any, cluster: ClusterBackend | None) -> Deployment:
+def _deploy(spec: DeploySpec, *, user: Any, cluster: ClusterBackend | None,
+            nodes: Iterable[str] | None = None) -> Deployment:
     spec = validate_spec(spec)
     deployment = Deployment(
         name=spec.name, model=spec.model, memory_mib=spec.memory_mib, gpu_count=spec.gpu_count,
@@ -49,7 +53,7 @@ def _deploy(spec: DeploySpec, *, user: Any, cluster: ClusterBackend | None) -> D
         status=DeploymentStatus.PENDING,
         created_by=user if getattr(user, "is_authenticated", False) else None,
     )
-    place_replicas(deployment, range(spec.replicas), spec=spec, user=user, cluster=cluster, timed=False)
+    place_replicas(deployment, range(spec.replicas), spec=spec, user=user, cluster=cluster, timed=False, nodes=nodes)
     return deployment
 
 
