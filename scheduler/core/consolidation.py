@@ -14,108 +14,47 @@ Constraints every move respects: GPU room (milli per GPU, whole GPUs for whole-G
 the target node's sharing mode equal to the workload's, MPS/time-slice client limits, a free
 MIG partition of the same profile, the GPU models the workload accepts, CPU and host memory,
 cordoned nodes (never a source nor a target), do-not-disrupt (a node or GPU holding one is
-left alone), and each workload group's PDB budget (moves per group <= budget). A node (or GPU)
-that received a workload is not emptied later, so every workload moves at most once.
+left alone), each workload group's PDB budget (moves per group <= budget), and namespace quotas.
+A node (or GPU) that received a workload is not emptied later, so every workload moves at most once.
+
+Quotas: a move can change what a namespace is charged (a quarter-GPU replica takes a 500-milli
+slot on an MPS R=2 node, a 250 one on R=4: ``PlanNode.slot_milli``), and the executor places
+every replacement before it releases any original, so for a while the namespace holds both.
+A move is therefore only made where the namespace's use now plus the charge of every
+replacement the plan places for it stays within its quota (compute milli and GPU memory),
+exactly what ``check_quota`` will ask of each replacement.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-WHOLE_GPU_MILLI = 1000
-UNLIMITED = 1 << 30  # clients left on a GPU without a client limit
+from scheduler.core.consolidation_types import (
+    UNLIMITED,
+    WHOLE_GPU_MILLI,
+    ConsolidationResult,
+    Move,
+    PlanGPU,
+    PlanNode,
+    PlanQuota,
+    PlanWorkload,
+    Skipped,
+    quota_charge,
+)
+
+__all__ = ["UNLIMITED", "WHOLE_GPU_MILLI", "ConsolidationResult", "Move", "PlanGPU", "PlanNode", "PlanQuota",
+           "PlanWorkload", "Skipped", "plan_consolidation", "quota_charge"]
 POLICIES = ("bestfit", "firstfit", "worstfit")
 # BestFit's normalisers (packing.py): 128 cores, 8 GPUs.
 _CPU_NORM, _GPU_NORM = 128_000, 8 * WHOLE_GPU_MILLI
 
 
-@dataclass(frozen=True)
-class PlanGPU:
-    index: int
-    free_milli: int
-    clients_left: int | None = None  # MPS / time-slice clients it still takes; None: no limit
-    free_mig: Mapping[str, int] = field(default_factory=dict)  # free MIG partitions by profile
-
-
-@dataclass(frozen=True)
-class PlanNode:
-    name: str
-    gpus: tuple[PlanGPU, ...]
-    sharing_mode: str = "exclusive"
-    gpu_model: str = ""
-    cpu_left_milli: int = UNLIMITED
-    memory_left_mib: int = UNLIMITED
-    cordoned: bool = False
-
-
-@dataclass(frozen=True)
-class PlanWorkload:
-    """One replica. ``share_milli`` is per GPU (1000: whole GPUs); no ``gpus``: a CPU-only pod.
-    ``group`` is what its PodDisruptionBudget covers (its deployment)."""
-
-    key: str
-    group: str
-    node: str
-    gpus: tuple[int, ...]
-    share_milli: int
-    sharing: str = "exclusive"
-    mig_profile: str = ""
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    gpu_models: tuple[str, ...] = ()
-    priority: int = 0
-    do_not_disrupt: bool = False
-
-    @property
-    def used_milli(self) -> int:
-        return self.share_milli * len(self.gpus)
-
-
-@dataclass(frozen=True)
-class Move:
-    workload: str
-    group: str
-    from_node: str
-    from_gpus: tuple[int, ...]
-    to_node: str
-    to_gpus: tuple[int, ...]
-    mig_profile: str
-    why: str
-
-    def as_dict(self) -> dict[str, object]:
-        return {"workload": self.workload, "group": self.group, "from_node": self.from_node,
-                "from_gpus": list(self.from_gpus), "to_node": self.to_node, "to_gpus": list(self.to_gpus),
-                "mig_profile": self.mig_profile, "why": self.why}
-
-
-@dataclass(frozen=True)
-class Skipped:
-    node: str
-    gpu: int | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class ConsolidationResult:
-    moves: tuple[Move, ...]
-    nodes_freed: tuple[str, ...]
-    gpus_freed: tuple[tuple[str, int], ...]  # every GPU of a freed node, then GPUs emptied elsewhere
-    pdb_budget_used: Mapping[str, int]
-    skipped: tuple[Skipped, ...]
-    method: str
-
-    @property
-    def workloads_moved(self) -> int:
-        return len(self.moves)
-
-
 class _State:
     """Free resources as arrays, with an undo log so that a node's evacuation is all or nothing."""
 
-    def __init__(self, nodes: Sequence[PlanNode]) -> None:
+    def __init__(self, nodes: Sequence[PlanNode], quotas: Mapping[str, PlanQuota] | None = None) -> None:
         width = max((len(n.gpus) for n in nodes), default=1) or 1
         count = len(nodes)
         self.index = {n.name: i for i, n in enumerate(nodes)}
@@ -137,6 +76,12 @@ class _State:
         self.model = np.array([n.gpu_model for n in nodes], dtype=object)
         self.target = np.array([not n.cordoned for n in nodes], dtype=np.bool_)
         self.busy_gpu = self.free < WHOLE_GPU_MILLI  # in use: worth moving onto in the GPU pass
+        self.slot = np.array([-1 if n.slot_milli is None else n.slot_milli for n in nodes], dtype=np.int64)
+        # Per namespace with a quota: [compute milli, GPU memory] it may still be charged.
+        self.quota_left: dict[str, list[int]] = {
+            ns: [UNLIMITED if q.gpu_milli_limit is None else q.gpu_milli_limit - q.gpu_milli_used,
+                 UNLIMITED if q.memory_mib_limit is None else q.memory_mib_limit - q.memory_mib_used]
+            for ns, q in (quotas or {}).items()}
         self._log: list[tuple[str, int, int, Any]] = []
 
     def checkpoint(self) -> int:
@@ -153,11 +98,24 @@ class _State:
                 self.cpu[row] = value
             elif kind == "mem":
                 self.mem[row] = value
+            elif kind == "quota":
+                self.quota_left[value[0]] = value[1]
             else:
                 self.mig[row][col][value[0]] = value[1]
 
+    def charges(self, rows: np.ndarray, w: PlanWorkload) -> np.ndarray:
+        """``quota_charge`` of ``w`` on each of ``rows``."""
+        if w.share_milli < WHOLE_GPU_MILLI and not w.mig_profile:
+            return np.where(self.slot[rows] >= 0, self.slot[rows], w.share_milli) * len(w.gpus)
+        return np.full(len(rows), w.used_milli, dtype=np.int64)
+
     def take(self, row: int, cols: Sequence[int], w: PlanWorkload) -> None:
         self._log += [("cpu", row, 0, int(self.cpu[row])), ("mem", row, 0, int(self.mem[row]))]
+        room = self.quota_left.get(w.namespace)
+        if room is not None:  # the replacement is held alongside the original until it is ready
+            self._log.append(("quota", row, 0, (w.namespace, list(room))))
+            charge = int(self.charges(np.array([row]), w)[0])
+            self.quota_left[w.namespace] = [room[0] - charge, room[1] - w.quota_memory_mib]
         self.cpu[row] -= w.cpu_milli
         self.mem[row] -= w.memory_mib
         for col in cols:
@@ -179,6 +137,11 @@ def _candidates(state: _State, w: PlanWorkload, allowed: np.ndarray, gpu_ok: np.
     """Every allowed node where ``w`` fits (in row order) and the GPUs it would take there;
     ``gpu_ok`` (nodes x GPUs) limits which GPUs may be taken."""
     ok = allowed & (state.cpu >= w.cpu_milli) & (state.mem >= w.memory_mib)
+    quota = state.quota_left.get(w.namespace)
+    if quota is not None:
+        ok &= state.charges(np.arange(len(ok)), w) <= quota[0]
+        if quota[1] < w.quota_memory_mib:
+            ok[:] = False
     width = len(w.gpus)
     if not width:
         rows = np.flatnonzero(ok)
@@ -231,11 +194,11 @@ def _order(workloads: Sequence[PlanWorkload]) -> list[PlanWorkload]:
 
 class _Planner:
     def __init__(self, nodes: Sequence[PlanNode], workloads: Sequence[PlanWorkload],
-                 budgets: Mapping[str, int], policy: str) -> None:
+                 budgets: Mapping[str, int], policy: str, quotas: Mapping[str, PlanQuota] | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown packing policy {policy!r}; one of {', '.join(POLICIES)}")
         self.nodes, self.policy, self.budgets = list(nodes), policy, budgets
-        self.state = _State(nodes)
+        self.state = _State(nodes, quotas)
         self.by_node: dict[str, list[PlanWorkload]] = {n.name: [] for n in nodes}
         for w in workloads:
             self.by_node.setdefault(w.node, []).append(w)
@@ -355,11 +318,12 @@ class _Planner:
 
 def plan_consolidation(nodes: Sequence[PlanNode], workloads: Sequence[PlanWorkload], *,
                        budgets: Mapping[str, int] | None = None, policy: str = "bestfit",
-                       free_gpus: bool = True) -> ConsolidationResult:
+                       free_gpus: bool = True, quotas: Mapping[str, PlanQuota] | None = None) -> ConsolidationResult:
     """Moves that free whole nodes, then whole GPUs (see the module docstring). ``budgets``:
     group -> how many of its replicas may be moved (its PDB's disruptions allowed); a group
-    not named has no limit."""
-    planner = _Planner(nodes, workloads, budgets or {}, policy)
+    not named has no limit. ``quotas``: namespace -> its quota and use (a namespace not named
+    has none)."""
+    planner = _Planner(nodes, workloads, budgets or {}, policy, quotas)
     freed_nodes = planner.free_nodes()
     gpus = [(name, g.index) for name in freed_nodes for g in nodes[planner.state.index[name]].gpus]
     if free_gpus:

@@ -2,6 +2,8 @@
 constraint, every freed node ends empty, nothing lands on a freed node)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,9 +36,8 @@ def _cluster(nodes: list[PlanNode], workloads: list[PlanWorkload]) -> list[PlanN
                 if w.mig_profile and g.index in w.gpus:
                     mig[w.mig_profile] = mig.get(w.mig_profile, 0) - 1
             gpus.append(PlanGPU(g.index, g.free_milli - sum(w.share_milli for w in users), clients, mig))
-        out.append(PlanNode(node.name, tuple(gpus), node.sharing_mode, node.gpu_model,
-                            node.cpu_left_milli - sum(w.cpu_milli for w in on),
-                            node.memory_left_mib - sum(w.memory_mib for w in on), node.cordoned))
+        out.append(replace(node, gpus=tuple(gpus), cpu_left_milli=node.cpu_left_milli - sum(w.cpu_milli for w in on),
+                           memory_left_mib=node.memory_left_mib - sum(w.memory_mib for w in on)))
     return out
 
 
