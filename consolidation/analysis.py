@@ -7,8 +7,12 @@ a workload. What gpuplane may not move is marked do-not-disrupt: a deployment la
 ``gpuplane.io/do-not-disrupt=true`` and pods gpuplane did not place (found on a partition), so a
 node holding one is never emptied. A node that is cordoned, not ready, or owned by an active
 rollout is neither emptied nor a target. A workload moves only to a GPU of its own model (its
-memory and speed stay as they were). Each deployment may lose at most
-``CONSOLIDATION_MOVES_PER_DEPLOYMENT`` replicas to moves in one plan (its disruption budget).
+memory and speed stay as they were). Each deployment may lose at most its disruption budget of
+replicas to moves in one plan: what the PodDisruptionBudgets that select its pods allow now
+(``consolidation.budgets``), else ``CONSOLIDATION_MOVES_PER_DEPLOYMENT``; the plan's disruption
+section lists each budget, its source and how much of it the plan uses. Namespace quotas go to
+the planner as the scheduler enforces them (``namespace_quotas``), with each uniform MPS /
+time-slicing node's slot (what a shared replica is charged there).
 
 ``fingerprint`` is, per node, what the plan relies on (readiness, cordon, sharing config, each
 GPU's allocation, the active placements on it); ``changed_nodes`` compares it with now.
@@ -22,19 +26,30 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from consolidation.budgets import Budget, deployment_budgets
 from consolidation.choices import PlanStatus
 from consolidation.models import ConsolidationPlan
 from consolidation.pricing import kwh_per_hour, price_usd_per_hour
 from lifecycle.audit import record
 from nodes.catalog import CATALOG
+from nodes.cluster.backends import get_cluster
+from nodes.cluster.base import ClusterBackend
 from nodes.contract import ANNOTATION_DO_NOT_DISRUPT
 from nodes.holds import free_partition_filter
 from nodes.models import Node, Partition
-from nodes.vocabulary import PartitionKind, SharingMode
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
 from rollouts.choices import ACTIVE_STATUSES
 from rollouts.models import RolloutNode
-from scheduler.core.consolidation import ConsolidationResult, PlanGPU, PlanNode, PlanWorkload, plan_consolidation
-from scheduler.models import Placement
+from scheduler.adapters import namespace_quota
+from scheduler.core.consolidation import (
+    ConsolidationResult,
+    PlanGPU,
+    PlanNode,
+    PlanQuota,
+    PlanWorkload,
+    plan_consolidation,
+)
+from scheduler.models import Deployment, Placement
 from scheduler.services.releasing import ACTIVE_PLACEMENT
 
 PRIORITY_RANK = {"high": 2, "medium": 1, "low": 0}
@@ -62,7 +77,8 @@ def _placements() -> list[Placement]:
                 .select_related("deployment", "node").order_by("pk"))
 
 
-def cluster_for_consolidation() -> tuple[list[PlanNode], list[PlanWorkload], dict[str, int]]:
+def cluster_for_consolidation(cluster: ClusterBackend | None = None
+                              ) -> tuple[list[PlanNode], list[PlanWorkload], dict[str, Budget]]:
     """Nodes, workloads and disruption budgets for the planner (see the module docstring)."""
     owned = set(RolloutNode.objects.filter(rollout__status__in=ACTIVE_STATUSES).values_list("node_name", flat=True))
     free_slots, free_mig, in_use = _free_partitions()
@@ -77,20 +93,23 @@ def cluster_for_consolidation() -> tuple[list[PlanNode], list[PlanWorkload], dic
                 model = CATALOG.get(gpu.model)
                 clients = max(0, (model.mps_max_clients if model else 16) - in_use.get(gpu.pk, 0))
             gpus.append(PlanGPU(gpu.index, gpu.free_milli, clients, dict(free_mig.get(gpu.pk, {}))))
+        uniform = node.sharing_mode in (SharingMode.MPS, SharingMode.TIMESLICE) and node.sharing_replicas
         nodes.append(PlanNode(node.name, tuple(gpus), node.sharing_mode, node.gpu_model,
-                              cordoned=node.cordoned or not node.ready or node.name in owned))
+                              cordoned=node.cordoned or not node.ready or node.name in owned,
+                              slot_milli=SHARE_MILLI_FULL // node.sharing_replicas if uniform else None))
     workloads = []
-    budget = settings.CONSOLIDATION_MOVES_PER_DEPLOYMENT
-    budgets: dict[str, int] = {}
-    for placement in _placements():
+    placements = _placements()
+    deployments = {p.deployment.pk: p.deployment for p in placements}
+    budgets = deployment_budgets(deployments.values(), cluster if cluster is not None else get_cluster())
+    for placement in placements:
         deployment = placement.deployment
-        budgets[str(deployment.pk)] = budget
         marked = str(deployment.labels.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower() == "true"
         workloads.append(PlanWorkload(
             key=str(placement.pk), group=str(deployment.pk), node=placement.node.name,
             gpus=tuple(placement.gpu_indexes or ()), share_milli=placement.share_milli,
             sharing=placement.sharing or "exclusive", mig_profile=placement.mig_profile,
             gpu_models=(placement.node.gpu_model,), priority=PRIORITY_RANK.get(deployment.priority, 1),
+            namespace=deployment.namespace, quota_memory_mib=deployment.memory_mib,
             # Not placed by gpuplane (no partition kind): not ours to move.
             do_not_disrupt=marked or not placement.sharing))
     pods: dict[tuple[str, str], set[int]] = defaultdict(set)
@@ -101,6 +120,17 @@ def cluster_for_consolidation() -> tuple[list[PlanNode], list[PlanWorkload], dic
         workloads.append(PlanWorkload(f"pod:{pod}", f"pod:{pod}", node_name, tuple(sorted(indexes)), 0,
                                       do_not_disrupt=True))
     return nodes, workloads, budgets
+
+
+def namespace_quotas(namespaces: set[str]) -> dict[str, PlanQuota]:
+    """The quota and use now of each of ``namespaces`` that has one, as the scheduler enforces it."""
+    quotas = {}
+    for namespace in sorted(namespaces):
+        quota = namespace_quota(namespace)
+        if quota is not None:
+            quotas[namespace] = PlanQuota(quota.gpu_milli_limit, quota.gpu_milli_used,
+                                          quota.memory_mib_limit, quota.memory_mib_used)
+    return quotas
 
 
 def fingerprint(node_names: list[str]) -> dict[str, Any]:
@@ -160,11 +190,25 @@ def _savings(gpus_freed: tuple[tuple[str, int], ...]) -> tuple[float, float]:
     return round(usd, 4), round(kwh, 4)
 
 
-def analyse(*, actor: Any = None, store_empty: bool = True) -> ConsolidationPlan | None:
+def _budget_rows(result: ConsolidationResult, budgets: dict[str, Budget]) -> list[dict[str, Any]]:
+    """Per deployment the plan moves, that a PDB covers, or that may not move at all: its budget,
+    where it comes from, and how much of it the plan uses."""
+    shown = {key for key, budget in budgets.items() if budget.from_pdb or not budget.allowed} | set(result.pdb_budget_used)
+    names = {str(pk): f"{ns}/{name}" for pk, ns, name in Deployment.objects.filter(
+        pk__in=[int(key) for key in shown]).values_list("pk", "namespace", "name")}
+    return [{"deployment": int(key), "workload": names.get(key, key), "allowed": budgets[key].allowed,
+             "moved": result.pdb_budget_used.get(key, 0), "source": budgets[key].source}
+            for key in sorted(shown, key=int) if key in budgets]
+
+
+def analyse(*, actor: Any = None, store_empty: bool = True,
+            cluster: ClusterBackend | None = None) -> ConsolidationPlan | None:
     """Run the planner on the cluster now and store its plan (proposed); None when it found
     nothing to do and ``store_empty`` is False (the beat's analysis keeps no empty plans)."""
-    nodes, workloads, budgets = cluster_for_consolidation()
-    result = plan_consolidation(nodes, workloads, budgets=budgets, policy=settings.CONSOLIDATION_POLICY)
+    nodes, workloads, budgets = cluster_for_consolidation(cluster)
+    result = plan_consolidation(nodes, workloads, budgets={k: b.allowed for k, b in budgets.items()},
+                                policy=settings.CONSOLIDATION_POLICY,
+                                quotas=namespace_quotas({w.namespace for w in workloads if w.namespace}))
     if not result.moves and not store_empty:
         return None
     touched = sorted({m.from_node for m in result.moves} | {m.to_node for m in result.moves})
@@ -172,7 +216,8 @@ def analyse(*, actor: Any = None, store_empty: bool = True) -> ConsolidationPlan
     plan = ConsolidationPlan.objects.create(
         status=PlanStatus.PROPOSED, moves=_move_rows(result), nodes_freed=list(result.nodes_freed),
         gpus_freed=len(result.gpus_freed), savings_usd_per_hour=usd, savings_kwh_per_hour=kwh,
-        disruption={"workloads_moved": result.workloads_moved, "pdb_budget_used": dict(result.pdb_budget_used)},
+        disruption={"workloads_moved": result.workloads_moved, "pdb_budget_used": dict(result.pdb_budget_used),
+                    "budgets": _budget_rows(result, budgets)},
         method=result.method, skipped=[{"node": s.node, "gpu": s.gpu, "reason": s.reason} for s in result.skipped],
         fingerprint=fingerprint(touched), created_by=actor if getattr(actor, "pk", None) else None,
         expires_at=timezone.now() + timedelta(seconds=settings.CONSOLIDATION_PLAN_TTL_S))

@@ -28,9 +28,19 @@ class PlanSavingsSerializer(serializers.Serializer):
     kwh = serializers.FloatField(help_text="Per hour: the freed nodes' GPUs at their TDP")
 
 
+class PlanBudgetSerializer(serializers.Serializer):
+    deployment = serializers.IntegerField()
+    workload = serializers.CharField(help_text='"namespace/deployment"')
+    allowed = serializers.IntegerField(help_text="Replicas this plan may move")
+    moved = serializers.IntegerField(help_text="Replicas this plan moves")
+    source = serializers.CharField(help_text="The PodDisruptionBudget it comes from, or the setting when none selects it")
+
+
 class DisruptionSerializer(serializers.Serializer):
     workloads_moved = serializers.IntegerField()
     pdb_budget_used = serializers.DictField(child=serializers.IntegerField(), help_text="deployment id -> replicas moved")
+    budgets = PlanBudgetSerializer(many=True, required=False,
+                                   help_text="Per deployment moved or covered by a PDB: its budget and where it comes from")
 
 
 class SkippedSerializer(serializers.Serializer):

@@ -62,6 +62,22 @@ class ClusterPod:
         return f"{self.namespace}/{self.name}"
 
 
+@dataclass(frozen=True)
+class ClusterPDB:
+    """A policy/v1 PodDisruptionBudget: its matchLabels and its budget (an int, a "N%" string,
+    or None where the spec leaves it out; Kubernetes allows one of the two)."""
+
+    namespace: str
+    name: str
+    match_labels: dict[str, str]
+    min_available: int | str | None = None
+    max_unavailable: int | str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 @dataclass
 class WorkloadSpec:
     """One Kubernetes Deployment that gpuplane creates, pinned to one node."""
@@ -97,6 +113,10 @@ class ClusterBackend(Protocol):
 
     def list_gpu_pods(self) -> list[ClusterPod]:
         """Pods (all namespaces) that request an nvidia.com/gpu or nvidia.com/mig-* resource."""
+        ...
+
+    def list_pdbs(self) -> list[ClusterPDB]:
+        """PodDisruptionBudgets (policy/v1) of all namespaces."""
         ...
 
     def set_node_labels(self, node: str, labels: dict[str, str | None]) -> None:

@@ -23,9 +23,9 @@ import urllib3
 from kubernetes import client, config
 
 from nodes.cluster.api_errors import Conflict, api_error, transport_reason
-from nodes.cluster.base import ClusterError, ClusterNode, ClusterPod, NotFound, WorkloadSpec
+from nodes.cluster.base import ClusterError, ClusterNode, ClusterPDB, ClusterPod, NotFound, WorkloadSpec
 from nodes.cluster.manifests import deployment_manifest
-from nodes.cluster.parsing import parse_node, parse_pod
+from nodes.cluster.parsing import parse_node, parse_pdb, parse_pod
 
 # Where and how the NVIDIA GPU operator runs its device plugin DaemonSet.
 DEFAULT_DEVICE_PLUGIN_NAMESPACE = "gpu-operator"
@@ -69,6 +69,7 @@ class KubernetesCluster:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
         self.device_plugin_namespace = device_plugin_namespace
         self.page_size = page_size
         self.request_timeout_s = request_timeout_s
@@ -135,6 +136,11 @@ class KubernetesCluster:
             field_selector=ACTIVE_PODS_FIELD_SELECTOR,
         )
         return [pod for pod in (parse_pod(obj) for obj in pods) if pod is not None]
+
+    def list_pdbs(self) -> list[ClusterPDB]:
+        """PodDisruptionBudgets (policy/v1) of all namespaces."""
+        items = self._paginate("list poddisruptionbudgets", self.policy.list_pod_disruption_budget_for_all_namespaces)
+        return [parse_pdb(obj) for obj in items]
 
     def workload_ready(self, namespace: str, name: str) -> bool:
         """True when the Deployment's controller has seen its latest spec and all desired replicas are Ready.

@@ -11,7 +11,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from nodes.cluster.base import ClusterError, ClusterNode, ClusterPod, GPUDevice, MIGDevice
+from nodes.cluster.base import ClusterError, ClusterNode, ClusterPDB, ClusterPod, GPUDevice, MIGDevice
 from nodes.contract import (
     ANNOTATION_GPU_UUIDS,
     ANNOTATION_MIG_LAYOUT,
@@ -171,4 +171,26 @@ def parse_pod(obj: dict[str, Any]) -> ClusterPod | None:
         gpu_requests=requests,
         priority_class_name=spec.get("priorityClassName") or "",
         owner_kind=owners[0].get("kind", "") if owners else "",
+    )
+
+
+def _int_or_percent(value: Any) -> int | str | None:
+    if value is None or isinstance(value, int):
+        return value
+    text = str(value).strip()
+    return int(text) if text.isdigit() else text
+
+
+def parse_pdb(obj: dict[str, Any]) -> ClusterPDB:
+    """A policy/v1 PodDisruptionBudget as ``ClusterPDB``. Only matchLabels are kept: a selector
+    with matchExpressions alone then selects every pod of its namespace, which can only make a
+    budget tighter than it is (an empty selector does select every pod in policy/v1)."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    selector = spec.get("selector") or {}
+    return ClusterPDB(
+        namespace=str(metadata.get("namespace", "")), name=str(metadata.get("name", "")),
+        match_labels={str(k): str(v) for k, v in (selector.get("matchLabels") or {}).items()},
+        min_available=_int_or_percent(spec.get("minAvailable")),
+        max_unavailable=_int_or_percent(spec.get("maxUnavailable")),
     )

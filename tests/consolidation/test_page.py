@@ -53,3 +53,25 @@ def test_others_see_plans_but_cannot_decide(plan, role, request):
     assert f"plan-{plan.pk}" in html and "Approve</button>" not in html
     assert client.post(f"/consolidation/{plan.pk}/approve/").status_code == 403
     assert ConsolidationPlan.objects.get(pk=plan.pk).status == "proposed"
+
+
+def test_admins_run_the_analysis_from_the_page(admin_user):
+    mps_cluster(FakeClock(), node_count=3, deployments=2)
+    client = signed_in(admin_user)
+    assert "Run the analysis now" in client.get("/consolidation/").content.decode()
+    response = client.post("/consolidation/analyse/")
+    plan = ConsolidationPlan.objects.get()
+    assert response.status_code == 302 and response["Location"].endswith(f"#plan-{plan.pk}")
+    assert plan.moves and plan.created_by == admin_user
+    html = client.get("/consolidation/").content.decode()
+    # The disruption budget each moved deployment used, and where it comes from.
+    assert "Disruption budgets used" in html and "GPUPLANE_CONSOLIDATION_MOVES_PER_DEPLOYMENT" in html
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator"])
+def test_others_cannot_run_the_analysis(role, request):
+    mps_cluster(FakeClock(), node_count=3, deployments=2)
+    client = signed_in(request.getfixturevalue(role))
+    assert "Run the analysis now" not in client.get("/consolidation/").content.decode()
+    assert client.post("/consolidation/analyse/").status_code == 403
+    assert not ConsolidationPlan.objects.exists()

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from nodes.cluster.base import ClusterError, ClusterNode, ClusterPod, NotFound, WorkloadSpec
-from nodes.cluster.parsing import parse_node, parse_pod
+from nodes.cluster.base import ClusterError, ClusterNode, ClusterPDB, ClusterPod, NotFound, WorkloadSpec
+from nodes.cluster.parsing import parse_node, parse_pdb, parse_pod
 from nodes.cluster.sim import (
     device_plugin,
     eviction,
@@ -285,10 +285,16 @@ class SimulatedCluster:
         with self._transaction() as state:
             fixtures.set_pod_ready(state, self._now(), namespace, name, ready)
 
-    def add_pdb(self, namespace: str, name: str, selector: dict[str, str], min_available: int) -> None:
-        """Add or replace a policy/v1 PodDisruptionBudget with matchLabels `selector`."""
+    def add_pdb(self, namespace: str, name: str, selector: dict[str, str], min_available: int | None = None,
+                *, max_unavailable: int | None = None) -> None:
+        """Add or replace a policy/v1 PodDisruptionBudget with matchLabels `selector` and one of
+        minAvailable or maxUnavailable."""
         with self._transaction() as state:
-            eviction.put_pdb(state, namespace, name, selector, min_available)
+            eviction.put_pdb(state, namespace, name, selector, min_available, max_unavailable)
+
+    def list_pdbs(self) -> list[ClusterPDB]:
+        """The stored PodDisruptionBudgets, read by the same parser as the Kubernetes backend's."""
+        return self._operate("list_pdbs", lambda s, now: [parse_pdb(s["pdbs"][k]) for k in sorted(s["pdbs"])])
 
     def inject_fault(self, operation: str, message: str = "injected fault", times: int = 1) -> None:
         """Make the next `times` calls of the ClusterBackend method `operation` raise ClusterError(message).

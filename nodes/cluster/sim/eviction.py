@@ -18,13 +18,18 @@ from nodes.cluster.sim.store import State
 EVICTION_BLOCKED_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
 
 
-def put_pdb(state: State, namespace: str, name: str, selector: dict[str, str], min_available: int) -> None:
-    """Add or replace a PodDisruptionBudget that selects pods by matchLabels `selector`."""
+def put_pdb(state: State, namespace: str, name: str, selector: dict[str, str], min_available: int | None = None,
+            max_unavailable: int | None = None) -> None:
+    """Add or replace a PodDisruptionBudget that selects pods by matchLabels `selector`, with
+    exactly one of minAvailable and maxUnavailable (as the API server requires)."""
+    if (min_available is None) == (max_unavailable is None):
+        raise ClusterError("a PodDisruptionBudget takes exactly one of minAvailable and maxUnavailable")
+    budget = {"minAvailable": min_available} if min_available is not None else {"maxUnavailable": max_unavailable}
     state["pdbs"][f"{namespace}/{name}"] = {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"minAvailable": min_available, "selector": {"matchLabels": dict(selector)}},
+        "spec": {**budget, "selector": {"matchLabels": dict(selector)}},
     }
 
 
@@ -57,12 +62,13 @@ def evict_pod(state: State, namespace: str, name: str, now: float) -> None:
 def _check_budget(state: State, pdb: dict[str, Any], pod: dict[str, Any]) -> None:
     """Raise EvictionBlocked when evicting `pod` would leave fewer healthy pods than the budget allows."""
     namespace = pdb["metadata"]["namespace"]
-    healthy = sum(
-        1
-        for key, other in state["pods"].items()
-        if key.startswith(f"{namespace}/") and _selector_matches(pdb, other) and is_ready(other)
-    )
-    min_available = pdb["spec"]["minAvailable"]
+    selected = [other for key, other in state["pods"].items()
+                if key.startswith(f"{namespace}/") and _selector_matches(pdb, other)
+                and phase(other) not in TERMINAL_PHASES]
+    healthy = sum(1 for other in selected if is_ready(other))
+    spec = pdb["spec"]
+    # maxUnavailable counts against the pods expected (here: those selected, ready or not).
+    min_available = spec["minAvailable"] if "minAvailable" in spec else len(selected) - spec["maxUnavailable"]
     # IfHealthyBudget (the default policy): a ready pod needs a spare healthy pod; a running
     # but unready one may go while the budget is met.
     remaining = healthy - 1 if is_ready(pod) else healthy

@@ -14,6 +14,7 @@ OPERATIONS = frozenset(
     {
         "list_nodes",
         "list_gpu_pods",
+        "list_pdbs",
         "set_node_labels",
         "cordon",
         "uncordon",

@@ -46,6 +46,20 @@ def test_an_unready_pod_may_be_evicted_while_the_budget_holds(cluster):
     assert {p.name for p in cluster.list_gpu_pods()} == {"a", "b"}
 
 
+def test_max_unavailable_counts_the_pods_already_unready(cluster):
+    cluster.add_gpu_node("gpu-1", gpu_count=3, **A100_80)
+    for name in ("a", "b"):
+        cluster.run_pod("ml", name, "gpu-1", resources=gpu(1), labels={"app": "x"})
+    cluster.run_pod("ml", "c", "gpu-1", resources=gpu(1), labels={"app": "x"}, ready=False)
+    cluster.add_pdb("ml", "x", {"app": "x"}, max_unavailable=1)
+    # One of three is unready already: the budget of one unavailable is spent.
+    with pytest.raises(EvictionBlocked):
+        cluster.evict_pod("ml", "a")
+    cluster.set_pod_ready("ml", "c", True)
+    cluster.evict_pod("ml", "a")
+    assert {p.name for p in cluster.list_gpu_pods()} == {"b", "c"}
+
+
 def test_a_pod_under_two_budgets_cannot_be_evicted(cluster):
     cluster.add_gpu_node("gpu-1", gpu_count=1, **A100_80)
     cluster.run_pod("ml", "a", "gpu-1", resources=gpu(1), labels={"app": "x", "tier": "1"})
