@@ -8,7 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from scheduler.demo import DemoDeploymentsError, load_demo_deployments
+from scheduler.demo import DEMO_NODE, DemoDeploymentsError, load_demo_deployments
+from scheduler.models import Deployment
 
 
 class Command(BaseCommand):
@@ -24,7 +25,9 @@ class Command(BaseCommand):
         except DemoDeploymentsError as exc:
             raise CommandError(str(exc)) from None
         if not deployments:
-            self.stdout.write("Deployments exist already; no demo deployments placed (--if-empty).")
+            why = ("deployments exist already" if Deployment.objects.exists()
+                   else f"the inventory has no {DEMO_NODE}: not the demo cluster")
+            self.stdout.write(f"No demo deployments placed (--if-empty): {why}.")
             return
         for deployment in deployments:
             placement = deployment.placements.get()
