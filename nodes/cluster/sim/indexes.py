@@ -28,10 +28,18 @@ class Indexes:
         self.replica_set_pods: Counter[str] = Counter()  # other teams' ReplicaSet -> live pods it owns
         self.mig_pending: set[str] = set()
         self.plugin_restarts: dict[str, float] = {}  # node -> when its restarted plugin is ready
+        # Deployments that were handed out, or whose pods were, since the last commit: every
+        # committed state has been reconciled, so only these can need the ReplicaSet controller
+        # or a new status.
+        self.changed_deployments: set[str] = set()
 
     def sync(self, state: State) -> Indexes:
         """Look again at the objects handed out or read since the last sync; returns self."""
         pods, sim_pods, sim_nodes = state["pods"], state["sim"]["pods"], state["sim"]["nodes"]
+        deployments = state["deployments"]
+        if deployments.unsynced:
+            self.changed_deployments |= deployments.unsynced
+            deployments.unsynced.clear()
         if pods.unsynced or sim_pods.unsynced:
             for key in pods.unsynced | sim_pods.unsynced:
                 self._index_pod(key, dict.get(pods, key), dict.get(sim_pods, key))
@@ -68,6 +76,8 @@ class Indexes:
             node, deployment, replica_set = old
             _discard(self.by_node, node, key)
             _discard(self.by_deployment, deployment, key)
+            if deployment:
+                self.changed_deployments.add(deployment)
             if replica_set:
                 self.replica_set_pods[replica_set] -= 1
             self.unscheduled.discard(key)
@@ -91,6 +101,7 @@ class Indexes:
             self.by_node.setdefault(node, set()).add(key)
         if deployment:
             self.by_deployment.setdefault(deployment, set()).add(key)
+            self.changed_deployments.add(deployment)
         if pod is not None or sim is not None:
             self._pod_entries[key] = (node, deployment, replica_set)
 

@@ -65,11 +65,6 @@ def find_deployment(state: State, namespace: str, name: str) -> dict[str, Any]:
     return deployment
 
 
-def pods_by_deployment(state: State) -> dict[str, list[str]]:
-    """Pod keys per Deployment key ("namespace/name"), for the pods its ReplicaSet created, oldest first."""
-    return {key: deployment_pods(state, key) for key in indexes(state).by_deployment}
-
-
 def deployment_pods(state: State, key: str) -> list[str]:
     """Keys of the pods of the Deployment `key` ("namespace/name"), oldest first."""
     sim_pods = state["sim"]["pods"]

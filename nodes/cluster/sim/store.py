@@ -211,6 +211,7 @@ class StateFile:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self._key = self.path.resolve()
 
     @contextmanager
     def transaction(self, advance: Callable[[State], None]) -> Iterator[State]:
@@ -221,7 +222,7 @@ class StateFile:
         change made in it. Raises ClusterError when the file is corrupt or not a state file.
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        key = self.path.resolve()
+        key = self._key
         with open(self.lock_path, "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
@@ -403,6 +404,7 @@ def _commit(connection: sqlite3.Connection, replica: _Replica) -> None:
         replica.seen = version
     connection.execute("COMMIT")
     _forget_marks(replica.state)
+    replica.state.indexes.changed_deployments.clear()
 
 
 def _restore(replica: _Replica) -> None:

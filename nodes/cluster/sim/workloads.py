@@ -22,7 +22,6 @@ from nodes.cluster.sim.objects import (
     find_deployment,
     hash_name,
     is_ready,
-    pods_by_deployment,
     remove_pod,
     timestamp,
 )
@@ -79,17 +78,17 @@ def deployment_ready(state: State, namespace: str, name: str) -> bool:
 
 
 def reconcile_deployments(state: State, now: float) -> None:
-    """One pass of the ReplicaSet controller over every Deployment, by key."""
-    members = pods_by_deployment(state)
-    for key in sorted(state["deployments"]):
-        _reconcile(state, key, members.get(key, []), now)
+    """One pass of the ReplicaSet controller over every Deployment that may need it, by key."""
+    for key in _changed_deployments(state):
+        _reconcile(state, key, deployment_pods(state, key), now)
 
 
 def update_deployment_status(state: State) -> None:
     """Write each Deployment's status: its pods, and how many of them are ready."""
     members = indexes(state).by_deployment
     pods = state["pods"]
-    for key, deployment in state["deployments"].items():
+    for key in _changed_deployments(state):
+        deployment = state["deployments"].peek(key)
         keys = members.get(key, ())
         ready = sum(1 for k in keys if is_ready(pods.peek(k)))
         status = {
@@ -99,9 +98,15 @@ def update_deployment_status(state: State) -> None:
             "readyReplicas": ready,
             "availableReplicas": ready,
         }
-        # Runs on every call: hand out (and so rewrite) only the Deployments whose status moved.
+        # Hand out (and so rewrite) only the Deployments whose status moved.
         if deployment.get("status") != status:
             state["deployments"][key]["status"] = status
+
+
+def _changed_deployments(state: State) -> list[str]:
+    """Keys of the stored Deployments handed out, or whose pods were, in this transaction (`indexes`)."""
+    deployments = state["deployments"]
+    return sorted(key for key in indexes(state).changed_deployments if key in deployments)
 
 
 def _reconcile(state: State, key: str, pods: list[str], now: float) -> None:
