@@ -36,16 +36,20 @@ from pathlib import Path
 from typing import Any
 
 from nodes.cluster.base import ClusterError
-from nodes.cluster.sim.indexes import Indexes
+from nodes.cluster.sim.state import (
+    KUBERNETES_COLLECTIONS,
+    META,
+    SIM_COLLECTIONS,
+    STATE_VERSION,
+    TOP_COLLECTIONS,
+    Collection,
+    State,
+    empty_state,
+    structure_key,
+)
 
-STATE_VERSION = 1
-# Collections of Kubernetes objects, whose metadata.resourceVersion is the row's version.
-KUBERNETES_COLLECTIONS = ("nodes", "pods", "deployments", "pdbs", "configmaps")
-# Top-level collections, and the simulator's bookkeeping under "sim" (stored as "sim.<name>").
-TOP_COLLECTIONS = (*KUBERNETES_COLLECTIONS, "faults")
-SIM_COLLECTIONS = ("nodes", "pods", "replica_sets")
-# The collection of top-level values that are not collections ("counter", "events").
-META = ""
+__all__ = ["Collection", "State", "StateFile", "empty_state"]
+
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
@@ -59,127 +63,6 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 VERIFY = False
 _MISSING = object()
 
-
-class Collection(dict[str, Any]):
-    """Objects by key that remember which keys were set, deleted or handed out for mutation.
-
-    `touched` is what the transaction must compare and maybe write; `unsynced` what the indexes
-    must look at again. Iteration and `peek` do not mark: they are for reading.
-    """
-
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.name = name
-        self.touched: set[str] = set()
-        self.unsynced: set[str] = set()
-
-    def _mark(self, key: str) -> None:
-        self.touched.add(key)
-        self.unsynced.add(key)
-
-    def __getitem__(self, key: str) -> Any:
-        self._mark(key)
-        return dict.__getitem__(self, key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        self._mark(key)
-        return dict.get(self, key, default)
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self._mark(key)
-        dict.__setitem__(self, key, value)
-
-    def __delitem__(self, key: str) -> None:
-        self._mark(key)
-        dict.__delitem__(self, key)
-
-    def pop(self, key: str, *default: Any) -> Any:
-        self._mark(key)
-        return dict.pop(self, key, *default)
-
-    def setdefault(self, key: str, default: Any = None) -> Any:
-        self._mark(key)
-        return dict.setdefault(self, key, default)
-
-    def clear(self) -> None:
-        for key in self:
-            self._mark(key)
-        dict.clear(self)
-
-    def peek(self, key: str) -> Any:
-        """The object `key`, for reading only (KeyError when absent)."""
-        return dict.__getitem__(self, key)
-
-
-class State(dict[str, Any]):
-    """The whole cluster as the simulation modules see it; see `empty_state` for its layout.
-
-    Top-level values other than the collections ("counter", "events", ...) are stored one row
-    each and marked when read or set, as a collection's objects are.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.touched: set[str] = set()
-        self.indexes = Indexes()
-        dict.__setitem__(self, "version", STATE_VERSION)
-        for name in TOP_COLLECTIONS:
-            dict.__setitem__(self, name, Collection(name))
-        dict.__setitem__(self, "sim", {name: Collection(f"sim.{name}") for name in SIM_COLLECTIONS})
-        dict.__setitem__(self, "counter", 0)
-        dict.__setitem__(self, "events", [])
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in _STRUCTURE:
-            self.touched.add(key)
-        return dict.__getitem__(self, key)
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if key in _STRUCTURE:
-            raise TypeError(f"state[{key!r}] is a collection; change its objects instead")
-        self.touched.add(key)
-        dict.__setitem__(self, key, value)
-
-    def collections(self) -> Iterator[Collection]:
-        for name in TOP_COLLECTIONS:
-            yield dict.__getitem__(self, name)
-        yield from dict.__getitem__(self, "sim").values()
-
-    def collection(self, name: str) -> Collection:
-        if name.startswith("sim."):
-            result: Collection = dict.__getitem__(self, "sim")[name[4:]]
-        else:
-            result = dict.__getitem__(self, name)
-        return result
-
-    def meta_keys(self) -> list[str]:
-        return [key for key in self if key not in _STRUCTURE]
-
-    def clear_all(self) -> None:
-        """Empty the cluster (every object deleted, the counter and events back to their start)."""
-        for collection in self.collections():
-            collection.clear()
-        for key in self.meta_keys():
-            self.touched.add(key)
-            dict.__delitem__(self, key)
-        self["counter"] = 0
-        self["events"] = []
-
-
-_STRUCTURE = frozenset({"version", "sim", *TOP_COLLECTIONS})
-
-
-def empty_state() -> State:
-    """A cluster with nothing in it.
-
-    Kubernetes objects are kept as the API server would return them: "nodes" by name, "pods",
-    "deployments", "pdbs" and "configmaps" by "namespace/name". "faults" holds the queued
-    injected faults per operation, "events" the latest simulator events, "counter" a sequence
-    for pod creation order and generated names. "sim" holds the simulator's bookkeeping a real
-    API server would not show: the running plugin config and MIG manager progress per node
-    ("nodes"), pod bind times and owners ("pods"), other teams' ReplicaSets ("replica_sets").
-    """
-    return State()
 
 
 @dataclass
@@ -330,7 +213,7 @@ def _document_rows(document: dict[str, Any]) -> Iterable[tuple[str, str, str]]:
         for key, obj in ((document.get("sim") or {}).get(name) or {}).items():
             yield f"sim.{name}", key, dumps(obj)
     for key, value in document.items():
-        if key not in _STRUCTURE:
+        if not structure_key(key):
             yield META, key, dumps(value)
 
 
@@ -384,25 +267,27 @@ def _commit(connection: sqlite3.Connection, replica: _Replica) -> None:
     """Write back the touched objects that changed, each with the next version, and commit."""
     if VERIFY:
         _verify(replica)
-    changed = _changes(replica)
     rows: list[tuple[str, str, int, str | None]] = []
     version = replica.seen
-    for coll, key, obj in changed:
+    for coll, key, obj in _changes(replica):
         version += 1
         if obj is _MISSING:
             rows.append((coll, key, version, None))
-            replica.texts.pop((coll, key), None)
             continue
         if coll in KUBERNETES_COLLECTIONS and isinstance(obj.get("metadata"), dict):
             obj["metadata"]["resourceVersion"] = str(version)
-        body = dumps(obj)
-        rows.append((coll, key, version, body))
-        replica.texts[(coll, key)] = body
+        rows.append((coll, key, version, dumps(obj)))
     if rows:
         connection.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?)", rows)
         connection.execute("UPDATE meta SET value = ? WHERE name = 'version'", (str(version),))
-        replica.seen = version
     connection.execute("COMMIT")
+    # Only once committed: a failed write restores the touched objects from what is stored.
+    for coll, key, _version, body in rows:
+        if body is None:
+            replica.texts.pop((coll, key), None)
+        else:
+            replica.texts[(coll, key)] = body
+    replica.seen = version
     _forget_marks(replica.state)
     replica.state.indexes.changed_deployments.clear()
 
