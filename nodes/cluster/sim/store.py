@@ -58,6 +58,9 @@ CREATE TABLE IF NOT EXISTS objects (
 CREATE INDEX IF NOT EXISTS objects_by_version ON objects (version);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+# Rows of deleted objects are kept this many versions, for other processes to see the deletion;
+# a process that looked longer ago reads everything again.
+TOMBSTONE_VERSIONS = 20_000
 # Check at every commit that no object changed without being handed out for mutation, and that
 # the indexes match the objects (costs a full serialisation: tests only).
 VERIFY = False
@@ -151,9 +154,9 @@ class StateFile:
 
     def _catch_up(self, connection: sqlite3.Connection, key: Path) -> _Replica:
         """This process's objects for the file, after applying every row written since it last looked."""
-        meta = dict(connection.execute("SELECT name, value FROM meta WHERE name IN ('epoch', 'version')"))
+        meta = dict(connection.execute("SELECT name, value FROM meta WHERE name IN ('epoch', 'version', 'purged')"))
         replica = _replicas.get(key)
-        if replica is None or replica.epoch != meta["epoch"]:
+        if replica is None or replica.epoch != meta["epoch"] or replica.seen < int(meta.get("purged", 0)):
             replica = _replicas[key] = _Replica(epoch=meta["epoch"])
         if int(meta["version"]) > replica.seen:
             rows = connection.execute(
@@ -280,6 +283,11 @@ def _commit(connection: sqlite3.Connection, replica: _Replica) -> None:
     if rows:
         connection.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?)", rows)
         connection.execute("UPDATE meta SET value = ? WHERE name = 'version'", (str(version),))
+        if version // TOMBSTONE_VERSIONS > replica.seen // TOMBSTONE_VERSIONS:
+            # Once per TOMBSTONE_VERSIONS writes: forget deletions older than that.
+            purged = version - TOMBSTONE_VERSIONS
+            connection.execute("DELETE FROM objects WHERE body IS NULL AND version <= ?", (purged,))
+            connection.execute("INSERT OR REPLACE INTO meta VALUES ('purged', ?)", (str(purged),))
     connection.execute("COMMIT")
     # Only once committed: a failed write restores the touched objects from what is stored.
     for coll, key, _version, body in rows:

@@ -154,3 +154,30 @@ def test_concurrent_processes_lose_no_update(state_path):
     assert len(workload_pods) == writers * count and len({p.name for p in workload_pods}) == writers * count
     # 24 one-GPU pods on 4 eight-GPU nodes, each pinned to its node: nothing over-allocated.
     assert all(p.node_name for p in workload_pods)
+
+
+def test_old_deletions_are_forgotten_and_a_process_that_missed_them_reads_everything(state_path, monkeypatch):
+    monkeypatch.setattr("nodes.cluster.sim.store.TOMBSTONE_VERSIONS", 10)
+    behind = SimulatedCluster(state_path)
+    _fleet(behind, 2)
+    assert len(behind.list_nodes()) == 2  # this process has seen the fleet
+    code = """
+        import sys
+        from nodes.cluster.sim import SimulatedCluster, store
+        store.TOMBSTONE_VERSIONS = 10
+        cluster = SimulatedCluster(sys.argv[1])
+        for i in range(8):
+            cluster.cordon("gpu-1")
+            cluster.uncordon("gpu-1")
+        cluster.reset()
+        cluster.add_gpu_node("after-reset", product="NVIDIA-L4", gpu_count=1, gpu_memory_mib=23034)
+        for i in range(8):
+            cluster.cordon("after-reset")
+            cluster.uncordon("after-reset")
+    """
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(state_path)], cwd=REPO_ROOT, check=True)
+    with sqlite3.connect(state_path) as connection:
+        tombstones = connection.execute("SELECT count(*) FROM objects WHERE body IS NULL").fetchone()[0]
+    assert tombstones == 0  # the reset's deletions were purged ...
+
+    assert [n.name for n in behind.list_nodes()] == ["after-reset"]  # ... and this process still saw them
