@@ -4,7 +4,7 @@ Each process opens its own SimulatedCluster on one state file, so the cluster li
 in memory. The file is an SQLite database in WAL mode with one row per object (collection, key,
 version, JSON body); every write gives the row the next value of one cluster-wide counter, which
 Kubernetes-shaped objects also show as `metadata.resourceVersion`. A deleted object leaves a row
-without a body, so other processes learn of the deletion.
+without a body, so other processes learn of the deletion (kept `TOMBSTONE_VERSIONS` versions).
 
 A call costs what it touches, not the size of the cluster: each process keeps the objects it
 parsed (`State`, the programming model of the simulation modules) and, at the start of each
