@@ -47,6 +47,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--deploys", type=int, default=20)
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL))
+    parser.add_argument("--top", type=int, default=0, help="also print the N functions with most own time")
     args = parser.parse_args()
 
     var_dir = Path(tempfile.mkdtemp(prefix="gpuplane-profile-"))
@@ -99,6 +100,8 @@ def main() -> None:
     print(f"{args.nodes} nodes on {connection.vendor}, {args.deploys} deploys (ms per deploy, under cProfile)")
     for (name, path), total in cumulative.items():
         print(f"  {name:22s} {total / args.deploys * 1000:8.1f}   {path}")
+    if args.top:
+        pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
     walls.sort()
     print(f"  wall per deploy: p50 {walls[len(walls) // 2] * 1000:.0f} ms, max {walls[-1] * 1000:.0f} ms")
 

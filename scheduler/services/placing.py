@@ -133,6 +133,7 @@ def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Seque
         snapshots.SNAPSHOTS.prepare()
     last_conflict = ""
     for attempt in range(1, MAX_ATTEMPTS + 1):
+        reserved = False
         try:
             with transaction.atomic():
                 placement_lock(exclusive=True)
@@ -142,7 +143,8 @@ def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Seque
                     placements = _reserve(deployment, plans, inventory.index.node_pk, user)
                     if quota is not None:
                         check_quota(spec.namespace)
-                    return placements
+            reserved = True  # committed
+            return placements
         except (CapacityConflict, IntegrityError) as error:
             last_conflict = str(error)
         except OperationalError as error:
@@ -150,7 +152,10 @@ def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Seque
                 raise
             last_conflict = str(error)
         finally:
-            if new and (deployment.pk is None or not Deployment.objects.filter(pk=deployment.pk).exists()):
+            # Reserved and committed: the row exists, no need to ask.
+            if new and not reserved and (
+                deployment.pk is None or not Deployment.objects.filter(pk=deployment.pk).exists()
+            ):
                 _forget(deployment)  # rolled back: the instance must not keep the id it never got
         logger.info("placement of %s/%s conflicted (attempt %d): %s", spec.namespace, spec.name, attempt,
                     last_conflict)
@@ -219,8 +224,10 @@ def _reserve(deployment: Deployment, plans: list[ReplicaPlan], node_pks: Mapping
         )
         for plan in plans
     )
+    # object_repr as str(placement) gives it, without loading each placement's node under the lock.
     record_many(AuditEntry("placement.reserved", placement, actor=user, reason=plan.message,
-                           after=_placement_facts(placement, plan))
+                           after=_placement_facts(placement, plan),
+                           object_repr=f"{deployment} #{placement.replica_index} on {plan.decision.node or None}")
                 for plan, placement in zip(plans, placements, strict=True))
     # No watch is enqueued here: an eager one would run before the workloads exist. A deployment
     # left PENDING by a crash before ``_start`` is found by the sweeper and failed on timeout.

@@ -6,7 +6,9 @@ through `nodes.cluster.parsing`, so the control plane reads it exactly as it rea
 (DESIGN.md sections 4, 5, 9). One module per concern:
 
 - `backend`: `SimulatedCluster`, the ClusterBackend facade, and the lazy clock that drives the rest;
-- `store`: the JSON state file under `fcntl.flock`, shared by web, worker and beat processes;
+- `store`: the state file, one SQLite row per object, shared by web, worker and beat processes;
+- `state`: the collections the modules work on, which remember what a call touched;
+- `indexes`: the few objects each catch-up with the clock looks for, without scanning the fleet;
 - `objects`: lookups, pod bookkeeping, conditions, events (every pod removal, by how) and generated names;
 - `scheduling`: the default scheduler, kubelet admission and readiness, cordon / uncordon;
 - `workloads`: Deployments and the ReplicaSet controller (deleted or evicted pods come back);

@@ -28,7 +28,7 @@ from nodes.cluster.sim import (
     workloads,
 )
 from nodes.cluster.sim.objects import REMOVED_DELETED, find_node, remove_pod
-from nodes.cluster.sim.store import State, StateFile, empty_state
+from nodes.cluster.sim.store import State, StateFile
 from nodes.contract import LABEL_MIG_CONFIG
 
 T = TypeVar("T")
@@ -48,7 +48,7 @@ _COLLECTIONS = {
 
 
 class SimulatedCluster:
-    """A ClusterBackend over a JSON state file; see `nodes.cluster.sim` for what it simulates.
+    """A ClusterBackend over a state file (`store`); see `nodes.cluster.sim` for what it simulates.
 
     `clock` is a callable returning seconds (like `time.time`) or an object with a numeric `now`
     attribute. Pods become Ready `pod_ready_delay_s` after binding; a MIG reconfiguration
@@ -77,13 +77,13 @@ class SimulatedCluster:
 
     def list_nodes(self) -> list[ClusterNode]:
         """Every node, by name, parsed as a real cluster's Node JSON is."""
-        return self._operate("list_nodes", lambda s, now: [parse_node(s["nodes"][n]) for n in sorted(s["nodes"])])
+        return self._operate("list_nodes", lambda s, now: [parse_node(s["nodes"].peek(n)) for n in sorted(s["nodes"])])
 
     def list_gpu_pods(self) -> list[ClusterPod]:
         """Pods (all namespaces) that request an nvidia.com/gpu or nvidia.com/mig-* resource."""
 
         def action(state: State, now: float) -> list[ClusterPod]:
-            pods = (parse_pod(state["pods"][key]) for key in sorted(state["pods"]))
+            pods = (parse_pod(state["pods"].peek(key)) for key in sorted(state["pods"]))
             return [pod for pod in pods if pod is not None]
 
         return self._operate("list_gpu_pods", action)
@@ -177,8 +177,7 @@ class SimulatedCluster:
     def reset(self) -> None:
         """Empty the cluster: no nodes, pods, workloads, budgets, configs or faults."""
         with self._transaction() as state:
-            state.clear()
-            state.update(empty_state())
+            state.clear_all()
 
     def is_empty(self) -> bool:
         """True when the cluster has no nodes."""
@@ -330,7 +329,7 @@ class SimulatedCluster:
             raise ValueError(f"unknown kind {kind!r} (valid: {', '.join(_COLLECTIONS)})")
         with self._transaction() as state:
             objects = state[_COLLECTIONS[kind]]
-            return [copy.deepcopy(objects[key]) for key in sorted(objects)]
+            return [copy.deepcopy(objects.peek(key)) for key in sorted(objects)]
 
     def events(self) -> list[dict[str, Any]]:
         """The latest simulator events (oldest first, at most `objects.MAX_EVENTS`): MIG results,
@@ -338,7 +337,7 @@ class SimulatedCluster:
         `objects.REMOVAL_REASONS`: Evicted, Deleted, SuccessfulDelete, GarbageCollected) and its
         `ready` field whether it was Ready then."""
         with self._transaction() as state:
-            return copy.deepcopy(state["events"])
+            return copy.deepcopy(dict.__getitem__(state, "events"))
 
     # --- simulation ----------------------------------------------------------------------------
 

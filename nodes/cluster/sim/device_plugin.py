@@ -20,6 +20,7 @@ import yaml
 
 from nodes.cluster.base import ClusterError
 from nodes.cluster.sim.gpus import catalog_model, decode_layout
+from nodes.cluster.sim.indexes import indexes
 from nodes.cluster.sim.objects import (
     REMOVED_BY_CONTROLLER,
     REMOVED_DELETED,
@@ -27,6 +28,7 @@ from nodes.cluster.sim.objects import (
     hash_name,
     mark_running,
     owner_name,
+    pods_on_node,
     record_event,
     remove_pod,
     timestamp,
@@ -182,9 +184,7 @@ def resume_after_mig(state: State, node: str, at: float, delay_s: float) -> None
 def finish_restarts(state: State, now: float) -> None:
     """Every plugin pod whose restart is due by `now` becomes ready and publishes its config, by node name."""
     nodes = state["sim"]["nodes"]
-    # Runs on every call: a plain scan of a big fleet, sorting only the few restarts that are due.
-    due = sorted(name for name, sim in nodes.items()
-                 if "restart" in sim and sim["restart"]["ready_at"] is not None and now >= sim["restart"]["ready_at"])
+    due = sorted(name for name, ready_at in indexes(state).plugin_restarts.items() if now >= ready_at)
     for name in due:
         restart = nodes[name].pop("restart")
         for pod in _plugin_pods(state, name).values():
@@ -309,9 +309,9 @@ def _run(state: State, node: str, plugin: dict[str, Any], now: float) -> None:
 
 
 def _plugin_pods(state: State, node: str) -> dict[str, dict[str, Any]]:
+    pods = state["pods"]
     return {
-        key: pod for key, pod in state["pods"].items()
-        if pod["spec"].get("nodeName") == node and owner_name(pod) == DEVICE_PLUGIN_DAEMONSET
+        key: pods[key] for key in pods_on_node(state, node) if owner_name(pods.peek(key)) == DEVICE_PLUGIN_DAEMONSET
     }
 
 

@@ -24,6 +24,7 @@ from nodes.cluster.base import ClusterError
 from nodes.cluster.sim.device_plugin import pause_for_mig, resume_after_mig
 from nodes.cluster.sim.faults import mig_fault_key, take_fault
 from nodes.cluster.sim.gpus import decode_layout, encode_layout, mig_uuid
+from nodes.cluster.sim.indexes import indexes
 from nodes.cluster.sim.objects import record_event
 from nodes.cluster.sim.store import State
 from nodes.contract import LABEL_GPU_COUNT, LABEL_MIG_CONFIG_STATE
@@ -77,8 +78,9 @@ def start_reconfiguration(
 def finish_reconfigurations(state: State, now: float, reconfigure_s: float) -> None:
     """Complete every reconfiguration due by `now`, by node name, each at its own deadline
     (`reconfigure_s` after its start for one begun before deadlines were stored)."""
-    for name, sim in sorted(state["sim"]["nodes"].items()):
-        mig = sim.get("mig")
+    sim_nodes = state["sim"]["nodes"]
+    for name in sorted(indexes(state).mig_pending):
+        mig = sim_nodes.peek(name).get("mig")
         if mig and mig["pending"]:
             done_at = mig.get("done_at", mig["since"] + reconfigure_s)
             if now >= done_at:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nodes.cluster.base import NotFound
+from nodes.cluster.sim.indexes import indexes
 from nodes.cluster.sim.store import State
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -64,18 +65,16 @@ def find_deployment(state: State, namespace: str, name: str) -> dict[str, Any]:
     return deployment
 
 
-def pods_by_deployment(state: State) -> dict[str, list[str]]:
-    """Pod keys per Deployment key ("namespace/name"), for the pods its ReplicaSet created."""
-    members: dict[str, list[str]] = {}
-    for pod_key, sim in state["sim"]["pods"].items():
-        if sim.get("deployment"):
-            members.setdefault(sim["deployment"], []).append(pod_key)
-    return members
-
-
 def deployment_pods(state: State, key: str) -> list[str]:
-    """Keys of the pods of the Deployment `key` ("namespace/name")."""
-    return pods_by_deployment(state).get(key, [])
+    """Keys of the pods of the Deployment `key` ("namespace/name"), oldest first."""
+    sim_pods = state["sim"]["pods"]
+    return sorted(indexes(state).by_deployment.get(key, ()), key=lambda pod_key: sim_pods.peek(pod_key)["seq"])
+
+
+def pods_on_node(state: State, node: str) -> list[str]:
+    """Keys of the pods bound to `node`, oldest first."""
+    sim_pods = state["sim"]["pods"]
+    return sorted(indexes(state).by_node.get(node, ()), key=lambda pod_key: sim_pods.peek(pod_key)["seq"])
 
 
 # --- pods ------------------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ Failed pods still count, as in `workloads`. Only Deployments' ReplicaSets live i
 from __future__ import annotations
 
 import copy
-from typing import Any
 
-from nodes.cluster.sim.objects import add_pod, hash_name, owner_kind, owner_name, timestamp
-from nodes.cluster.sim.store import State
+from nodes.cluster.sim.indexes import indexes
+from nodes.cluster.sim.objects import add_pod, hash_name, owner_name, timestamp
+from nodes.cluster.sim.store import Collection, State
 from nodes.contract import ANNOTATION_ASSIGNED_GPUS, ANNOTATION_MIG_START
 
 OWNER_KIND = "ReplicaSet"
@@ -24,9 +24,8 @@ OWNER_KIND = "ReplicaSet"
 _DEVICE_ANNOTATIONS = (ANNOTATION_ASSIGNED_GPUS, ANNOTATION_MIG_START)
 
 
-def _replica_sets(state: State) -> dict[str, dict[str, Any]]:
-    # setdefault: a state file written before ReplicaSets were kept has none.
-    result: dict[str, dict[str, Any]] = state["sim"].setdefault("replica_sets", {})
+def _replica_sets(state: State) -> Collection:
+    result: Collection = state["sim"]["replica_sets"]
     return result
 
 
@@ -61,20 +60,16 @@ def reconcile_replica_sets(state: State, now: float) -> None:
     replica_sets = _replica_sets(state)
     if not replica_sets:
         return
-    owned: dict[str, int] = {}
-    for key, pod in state["pods"].items():
-        if owner_kind(pod) == OWNER_KIND and not state["sim"]["pods"][key].get("deployment"):
-            owner = f"{pod['metadata']['namespace']}/{owner_name(pod)}"
-            owned[owner] = owned.get(owner, 0) + 1
+    owned = indexes(state).replica_set_pods
     for key in sorted(replica_sets):
-        for _ in range(replica_sets[key]["replicas"] - owned.get(key, 0)):
+        for _ in range(replica_sets.peek(key)["replicas"] - owned.get(key, 0)):
             _create_pod(state, key, now)
 
 
 def _create_pod(state: State, key: str, now: float) -> str:
     """A Pending, unbound pod from the ReplicaSet's template, named <replica set>-<suffix>."""
     namespace, name = key.split("/", 1)
-    template = state["sim"]["replica_sets"][key]["template"]
+    template = state["sim"]["replica_sets"].peek(key)["template"]
     state["counter"] += 1
     pod_name = f"{name}-{hash_name(key + '/' + str(state['counter']), 5)}"
     pod = {

@@ -20,11 +20,13 @@ from typing import Any
 from nodes.cluster.manifests import pinned_node
 from nodes.cluster.parsing import parse_quantity
 from nodes.cluster.sim.device_plugin import allocation_refusal
+from nodes.cluster.sim.indexes import indexes
 from nodes.cluster.sim.objects import (
     TERMINAL_PHASES,
     find_node,
     mark_running,
     phase,
+    pods_on_node,
     record_event,
     set_condition,
     timestamp,
@@ -55,26 +57,25 @@ def uncordon(state: State, node: str) -> None:
 
 def schedule_pending(state: State, now: float) -> None:
     """One scheduler pass: try to bind every Pending, unbound pod, in creation order."""
-    unscheduled = [
-        key for key, pod in state["pods"].items() if not pod["spec"].get("nodeName") and phase(pod) == "Pending"
-    ]
+    unscheduled = list(indexes(state).unscheduled)
     if not unscheduled:
         return
-    # Free resources are computed once per pass and debited on each bind.
-    free_by_node = _free_resources(state)
+    # Free resources are computed once per node and pass (when a pod first looks at the node)
+    # and debited on each bind.
+    free_by_node = _FreeResources(state)
     # Free resources only shrink during a pass, so a pod asking what an earlier pod could not get
     # fails for the same reasons: remember the message per request shape.
     failed: dict[str, str] = {}
-    for key in sorted(unscheduled, key=lambda k: state["sim"]["pods"][k]["seq"]):
+    sim_pods = state["sim"]["pods"]
+    for key in sorted(unscheduled, key=lambda k: sim_pods.peek(k)["seq"]):
         _schedule(state, key, now, free_by_node, failed)
 
 
 def start_bound_pods(state: State, now: float, ready_delay_s: float) -> None:
     """The kubelet: a pod bound `ready_delay_s` ago or earlier, and still Pending, becomes Running and Ready."""
-    for key, pod in state["pods"].items():
-        bound_at = state["sim"]["pods"][key].get("bound_at")
-        if phase(pod) == "Pending" and bound_at is not None and now >= bound_at + ready_delay_s:
-            mark_running(pod, now, ready=True)
+    due = [key for key, bound_at in indexes(state).bound_pending.items() if now >= bound_at + ready_delay_s]
+    for key in due:
+        mark_running(state["pods"][key], now, ready=True)
 
 
 def _schedule(
@@ -82,6 +83,7 @@ def _schedule(
 ) -> None:
     """The default scheduler for one pending pod: bind to the first node that fits, by name."""
     pod = state["pods"][key]
+    nodes = state["nodes"]
     requests = _extended_requests(pod)
     wanted_node = pinned_node({"spec": {"template": {"spec": pod["spec"]}}})
     shape = json.dumps([requests, wanted_node, pod["spec"].get("tolerations")], sort_keys=True)
@@ -89,7 +91,13 @@ def _schedule(
         set_condition(pod, "PodScheduled", False, now, reason="Unschedulable", message=failed[shape])
         return
     reasons: Counter[str] = Counter()
-    for name in sorted(state["nodes"]):
+    candidates = sorted(nodes)
+    if wanted_node is not None:
+        # Every other node fails the affinity: count them without looking at each.
+        candidates = [wanted_node] if wanted_node in nodes else []
+        if len(nodes) > len(candidates):
+            reasons["node(s) didn't match Pod's node affinity/selector"] = len(nodes) - len(candidates)
+    for name in candidates:
         reason = _unfit_reason(state, name, pod, requests, wanted_node, free_by_node[name])
         if reason is None:
             _bind(state, key, name, requests, now)
@@ -98,7 +106,7 @@ def _schedule(
             return
         reasons[reason] += 1
     detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
-    message = f"0/{len(state['nodes'])} nodes are available" + (f": {detail}." if detail else ".")
+    message = f"0/{len(nodes)} nodes are available" + (f": {detail}." if detail else ".")
     failed[shape] = message
     set_condition(pod, "PodScheduled", False, now, reason="Unschedulable", message=message)
 
@@ -112,7 +120,7 @@ def _unfit_reason(
     free: dict[str, int],
 ) -> str | None:
     """Why `pod` cannot go to node `name` (the scheduler's reason text), or None when it fits."""
-    node = state["nodes"][name]
+    node = state["nodes"].peek(name)
     if wanted_node is not None and name != wanted_node:
         return "node(s) didn't match Pod's node affinity/selector"
     if not any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"]):
@@ -131,18 +139,24 @@ def _unfit_reason(
     return None
 
 
-def _free_resources(state: State) -> dict[str, dict[str, int]]:
-    """Per node: allocatable extended resources minus what its bound, live pods request."""
-    free_by_node = {
-        name: {key: int(parse_quantity(value)) for key, value in node["status"]["allocatable"].items() if "/" in key}
-        for name, node in state["nodes"].items()
-    }
-    for pod in state["pods"].values():
-        free = free_by_node.get(pod["spec"].get("nodeName") or "")
-        if free is not None and phase(pod) not in TERMINAL_PHASES:
-            for resource, amount in _extended_requests(pod).items():
-                free[resource] = free.get(resource, 0) - amount
-    return free_by_node
+class _FreeResources(dict[str, dict[str, int]]):
+    """Per node, on first use: allocatable extended resources minus what its bound, live pods request."""
+
+    def __init__(self, state: State) -> None:
+        super().__init__()
+        self.state = state
+
+    def __missing__(self, name: str) -> dict[str, int]:
+        node = self.state["nodes"].peek(name)
+        free = {key: int(parse_quantity(value)) for key, value in node["status"]["allocatable"].items() if "/" in key}
+        pods = self.state["pods"]
+        for pod_key in pods_on_node(self.state, name):
+            pod = pods.peek(pod_key)
+            if phase(pod) not in TERMINAL_PHASES:
+                for resource, amount in _extended_requests(pod).items():
+                    free[resource] = free.get(resource, 0) - amount
+        self[name] = free
+        return free
 
 
 def _bind(state: State, key: str, node_name: str, requests: dict[str, int], now: float) -> None:

@@ -13,6 +13,7 @@ import json
 
 from nodes.cluster.base import ClusterError, WorkloadSpec
 from nodes.cluster.manifests import deployment_manifest
+from nodes.cluster.sim.indexes import indexes
 from nodes.cluster.sim.objects import (
     REMOVED_BY_CONTROLLER,
     REMOVED_WITH_OWNER,
@@ -21,7 +22,6 @@ from nodes.cluster.sim.objects import (
     find_deployment,
     hash_name,
     is_ready,
-    pods_by_deployment,
     remove_pod,
     timestamp,
 )
@@ -73,35 +73,45 @@ def deployment_ready(state: State, namespace: str, name: str) -> bool:
     """True when as many pods of the Deployment are Ready as it has replicas; NotFound when there is none."""
     deployment = find_deployment(state, namespace, name)
     pods = deployment_pods(state, f"{namespace}/{name}")
-    ready = sum(1 for key in pods if is_ready(state["pods"][key]))
+    ready = sum(1 for key in pods if is_ready(state["pods"].peek(key)))
     return ready >= deployment["spec"]["replicas"]
 
 
 def reconcile_deployments(state: State, now: float) -> None:
-    """One pass of the ReplicaSet controller over every Deployment, by key."""
-    members = pods_by_deployment(state)
-    for key in sorted(state["deployments"]):
-        _reconcile(state, key, members.get(key, []), now)
+    """One pass of the ReplicaSet controller over every Deployment that may need it, by key."""
+    for key in _changed_deployments(state):
+        _reconcile(state, key, deployment_pods(state, key), now)
 
 
 def update_deployment_status(state: State) -> None:
     """Write each Deployment's status: its pods, and how many of them are ready."""
-    members = pods_by_deployment(state)
-    for key, deployment in state["deployments"].items():
-        pods = [state["pods"][k] for k in members.get(key, [])]
-        ready = sum(1 for pod in pods if is_ready(pod))
-        deployment["status"] = {
+    members = indexes(state).by_deployment
+    pods = state["pods"]
+    for key in _changed_deployments(state):
+        deployment = state["deployments"].peek(key)
+        keys = members.get(key, ())
+        ready = sum(1 for k in keys if is_ready(pods.peek(k)))
+        status = {
             "observedGeneration": deployment["metadata"].get("generation", 1),
-            "replicas": len(pods),
-            "updatedReplicas": len(pods),
+            "replicas": len(keys),
+            "updatedReplicas": len(keys),
             "readyReplicas": ready,
             "availableReplicas": ready,
         }
+        # Hand out (and so rewrite) only the Deployments whose status moved.
+        if deployment.get("status") != status:
+            state["deployments"][key]["status"] = status
+
+
+def _changed_deployments(state: State) -> list[str]:
+    """Keys of the stored Deployments handed out, or whose pods were, in this transaction (`indexes`)."""
+    deployments = state["deployments"]
+    return sorted(key for key in indexes(state).changed_deployments if key in deployments)
 
 
 def _reconcile(state: State, key: str, pods: list[str], now: float) -> None:
     """Keep exactly spec.replicas pods (`pods`, its pod keys) of the Deployment `key`."""
-    deployment = state["deployments"][key]
+    deployment = state["deployments"].peek(key)
     wanted = deployment["spec"]["replicas"]
     pods = list(pods)
     # Failed pods still count: the real controller would replace them, and a pod the device
@@ -112,11 +122,11 @@ def _reconcile(state: State, key: str, pods: list[str], now: float) -> None:
         # Scale down the way the ReplicaSet controller ranks pods: unscheduled, then not
         # ready, then the newest first.
         def rank(pod_key: str) -> tuple[int, int, int]:
-            pod = state["pods"][pod_key]
+            pod = state["pods"].peek(pod_key)
             return (
                 1 if pod["spec"].get("nodeName") else 0,
                 1 if is_ready(pod) else 0,
-                -state["sim"]["pods"][pod_key]["seq"],
+                -state["sim"]["pods"].peek(pod_key)["seq"],
             )
 
         for pod_key in sorted(pods, key=rank)[: len(pods) - wanted]:
@@ -125,7 +135,7 @@ def _reconcile(state: State, key: str, pods: list[str], now: float) -> None:
 
 def _create_pod(state: State, key: str, now: float) -> str:
     """Create a Pending pod from the Deployment's template, named <deployment>-<template hash>-<suffix>."""
-    deployment = state["deployments"][key]
+    deployment = state["deployments"].peek(key)
     namespace, name = key.split("/", 1)
     template = deployment["spec"]["template"]
     template_hash = hash_name(json.dumps(template, sort_keys=True), 10)

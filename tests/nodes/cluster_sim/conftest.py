@@ -32,3 +32,9 @@ def cluster(state_path, clock):
 def slow_plugin_cluster(state_path, clock):
     """A restarted device plugin pod is ready 3 s later, as the simulator's default has it."""
     return SimulatedCluster(state_path, clock=clock, pod_ready_delay_s=2.0, mig_reconfigure_s=5.0, plugin_restart_s=3.0)
+
+
+@pytest.fixture(autouse=True)
+def verify_store(monkeypatch):
+    """Every commit checks that no object changed without being handed out, and the indexes."""
+    monkeypatch.setattr("nodes.cluster.sim.store.VERIFY", True)

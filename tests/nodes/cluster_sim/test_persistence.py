@@ -9,7 +9,7 @@ import pytest
 
 from nodes.cluster.base import ClusterError
 from nodes.cluster.sim import SimulatedCluster
-from tests.nodes.cluster_sim.helpers import A100_80, node, workload
+from tests.nodes.cluster_sim.helpers import A100_80, node, stored, workload
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -53,7 +53,7 @@ def test_another_process_sees_and_makes_changes(state_path):
     assert _python(code, str(state_path)).wait(timeout=30) == 0
     [child_node] = SimulatedCluster(state_path).list_nodes()
     assert child_node.name == "from-child" and child_node.allocatable == {"nvidia.com/gpu": 2}
-    assert json.loads(state_path.read_text())["nodes"]["from-child"]["kind"] == "Node"
+    assert stored(state_path, "nodes", "from-child")["kind"] == "Node"
 
 
 def test_concurrent_writers_in_two_processes_lose_no_update(state_path):
@@ -106,18 +106,18 @@ def test_a_change_by_another_process_is_read_again(state_path):
 
     assert node(cluster, "gpu-1").labels["from"] == "child"
     cluster.set_node_labels("gpu-1", {"from-parent": "yes"})  # written over the child's state, not a stale one
-    assert {"from": "child", "from-parent": "yes"}.items() <= json.loads(state_path.read_text())["nodes"]["gpu-1"][
-        "metadata"]["labels"].items()
+    labels = stored(state_path, "nodes", "gpu-1")["metadata"]["labels"]
+    assert {"from": "child", "from-parent": "yes"}.items() <= labels.items()
 
 
-def test_a_file_rewritten_in_place_is_read_again(state_path):
+def test_a_file_deleted_and_made_again_is_read_again(state_path):
     cluster = SimulatedCluster(state_path)
     cluster.add_gpu_node("gpu-1", product="NVIDIA-L4", gpu_count=1, gpu_memory_mib=23034)
-    state = json.loads(state_path.read_text())
-    state["nodes"]["gpu-1"]["metadata"]["labels"]["edited"] = "by-hand"
-    state_path.write_text(json.dumps(state))  # no token: only the file's identity tells
+    assert len(cluster.list_nodes()) == 1  # kept by this process
+    state_path.unlink()
+    SimulatedCluster(state_path).add_gpu_node("gpu-2", product="NVIDIA-L4", gpu_count=1, gpu_memory_mib=23034)
 
-    assert node(cluster, "gpu-1").labels["edited"] == "by-hand"
+    assert [n.name for n in cluster.list_nodes()] == ["gpu-2"]
 
 
 def test_changes_of_a_block_that_raised_are_not_kept_in_memory(state_path):
