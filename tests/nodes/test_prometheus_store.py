@@ -359,3 +359,19 @@ def test_the_dcgm_source_needs_a_prometheus_url(settings):
     settings.GPUPLANE_PROMETHEUS_URL = ""
     with pytest.raises(ValueError, match="set GPUPLANE_PROMETHEUS_URL"):
         get_collector()
+
+
+@pytest.mark.django_db
+def test_with_prometheus_an_agent_batch_keeps_each_gpus_newest_sample(settings):
+    from nodes.telemetry.ingest import ingest_samples
+    from nodes.telemetry.samples import SampleIn
+
+    settings.GPUPLANE_PROMETHEUS_URL = "http://prometheus.test:9090"
+    node = make_node("n1", gpu_count=1)
+    ts = timezone.now().replace(microsecond=0) - timedelta(minutes=2)
+    batch = [SampleIn(gpu_uuid="GPU-n1-0", ts=ts + timedelta(seconds=30 * k), utilization_pct=10.0 * k) for k in range(3)]
+    result = ingest_samples(batch, node=node)
+    assert (result.stored, result.duplicates) == (1, 2)
+    assert GPUSample.objects.count() == 0
+    gpu = GPU.objects.get(uuid="GPU-n1-0")
+    assert (gpu.utilization_pct, gpu.sampled_at) == (20.0, ts + timedelta(seconds=60))
