@@ -42,6 +42,8 @@ from prometheus_client.registry import Collector
 from nodes.fleet import cached_per_poll
 from nodes.models import GPU, Node
 from nodes.summaries import NODE_STATES, count_idle, is_allocated, node_state
+from nodes.telemetry.exposition import CONTENT_TYPE as EXPOSITION_CONTENT_TYPE
+from nodes.telemetry.exposition import dcgm_exposition
 from nodes.vocabulary import SharingMode
 
 # --- Process metrics ---------------------------------------------------------------------------
@@ -253,6 +255,13 @@ def scrape_authorized(request: HttpRequest) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode())
 
 
+def scrape_refused() -> HttpResponse:
+    """401 for a scrape without the metrics token."""
+    response = HttpResponse("A valid metrics token is required.\n", status=401, content_type="text/plain")
+    response["WWW-Authenticate"] = 'Bearer realm="gpuplane metrics"'
+    return response
+
+
 class MetricsView(View):
     """`GET /metrics`: Prometheus text format (or OpenMetrics when the scraper asks for it)."""
 
@@ -260,9 +269,7 @@ class MetricsView(View):
 
     def get(self, request: HttpRequest) -> HttpResponse:
         if not scrape_authorized(request):
-            response = HttpResponse("A valid metrics token is required.\n", status=401, content_type="text/plain")
-            response["WWW-Authenticate"] = 'Bearer realm="gpuplane metrics"'
-            return response
+            return scrape_refused()
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         # Process metrics live; the inventory's text kept for one poll interval (nodes.fleet:
         # several Prometheus servers or a fast scrape interval cost one computation and one
@@ -276,3 +283,15 @@ class MetricsView(View):
         inventory = cached_per_poll("metrics", lambda: encoder(sources), *variant)
         process = encoder(_ScrapeSources(process_registry())).removesuffix(_OPENMETRICS_EOF)
         return HttpResponse(process + inventory, content_type=content_type)
+
+
+class DCGMExpositionView(View):
+    """`GET /metrics/dcgm`: the latest per-GPU readings in DCGM exporter's format
+    (nodes.telemetry.exposition), for Prometheus as the time-series store; access as /metrics."""
+
+    http_method_names = ["get", "head"]
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        if not scrape_authorized(request):
+            return scrape_refused()
+        return HttpResponse(dcgm_exposition(), content_type=EXPOSITION_CONTENT_TYPE)

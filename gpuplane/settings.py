@@ -259,12 +259,12 @@ CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 INVENTORY_SYNC_INTERVAL_S = env_int("GPUPLANE_INVENTORY_SYNC_INTERVAL_S", 30, minimum=5)
 # --- Telemetry (DESIGN.md section 8) ---------------------------------------------------------
-# Where poll_metrics_task reads GPU metrics: the simulator, DCGM exporter through Prometheus, or nothing
-# (when node agents push to POST /api/v1/telemetry/ instead).
+# Where poll_metrics_task reads GPU metrics: simulator, DCGM via Prometheus, none (agents push to the API).
 GPUPLANE_TELEMETRY_SOURCE = env_choice(
     "GPUPLANE_TELEMETRY_SOURCE", "simulated" if GPUPLANE_CLUSTER == "simulated" else "none", ("simulated", "dcgm", "none")
 )
-GPUPLANE_PROMETHEUS_URL = env_str("GPUPLANE_PROMETHEUS_URL", "http://prometheus.monitoring:9090")
+# Empty: the database is the time-series store; set: Prometheus is (nodes/telemetry/prometheus.py).
+GPUPLANE_PROMETHEUS_URL = env_str("GPUPLANE_PROMETHEUS_URL", "")
 TELEMETRY_POLL_INTERVAL_S = env_int("GPUPLANE_TELEMETRY_POLL_INTERVAL_S", 30, minimum=1)
 TELEMETRY_RAW_RETENTION_H = env_int("GPUPLANE_TELEMETRY_RAW_RETENTION_H", 24, minimum=1)
 TELEMETRY_ROLLUP_BUCKET_S = env_int("GPUPLANE_TELEMETRY_ROLLUP_BUCKET_S", 300, minimum=60)

@@ -4,7 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from gpuplane.api_root import APIRootView
-from gpuplane.observability import MetricsView
+from gpuplane.observability import DCGMExpositionView, MetricsView
 from gpuplane.ratelimits import limit_sign_in
 from gpuplane.token_api import ObtainTokenView
 from gpuplane.views import OverviewView
@@ -34,6 +34,8 @@ urlpatterns = [
     path("api/v1/", include("consolidation.api.urls")),
     # Prometheus scrapes this; open unless GPUPLANE_METRICS_TOKEN is set (gpuplane/observability.py).
     path("metrics", MetricsView.as_view(), name="metrics"),
+    # The latest per-GPU readings in DCGM exporter's format, for Prometheus as the time-series store.
+    path("metrics/dcgm", DCGMExpositionView.as_view(), name="metrics-dcgm"),
     path("deployments/", include("scheduler.urls")),
     path("rollouts/", include("rollouts.urls")),
     path("savings/", include("savings.urls")),

@@ -7,7 +7,10 @@
 A range that starts inside the raw retention window (settings.TELEMETRY_RAW_RETENTION_H, 24 h)
 is answered from raw samples (`"resolution": "raw"`), a longer one from the rollup buckets
 (`"resolution": "5m"` for the default 300 s bucket); nodes.telemetry.series decides which rows that
-means. An unknown range is a 400 that lists the choices. Reads need the viewer role.
+means. With settings.GPUPLANE_PROMETHEUS_URL set the series come from Prometheus instead
+(nodes.telemetry.prometheus, same resolutions and point shape); a Prometheus that cannot answer
+is a 503 whose `detail` says why. An unknown range is a 400 that lists the choices. Reads need
+the viewer role.
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ from rest_framework.views import APIView
 from gpuplane.strict_input import StrictQueryParametersMixin
 from nodes.fleet import cached_per_poll, node_tiles
 from nodes.models import GPU, Node
-from nodes.telemetry.series import gpu_series, node_series
+from nodes.telemetry import prometheus
+from nodes.telemetry import series as database
 
 RANGES: dict[str, timedelta] = {
     "1h": timedelta(hours=1),
@@ -66,6 +70,32 @@ def resolution_for(start: datetime, now: datetime) -> str:
     if start >= now - timedelta(hours=settings.TELEMETRY_RAW_RETENTION_H):
         return RAW
     return bucket_label(settings.TELEMETRY_ROLLUP_BUCKET_S)
+
+
+class TelemetryStoreUnavailable(exceptions.APIException):
+    status_code = 503
+    default_detail = "The telemetry store is unavailable."
+    default_code = "telemetry_store_unavailable"
+
+
+def gpu_points(gpu: GPU, start: datetime, end: datetime) -> list[dict[str, Any]]:
+    """The GPU's series from the configured store (Prometheus, else the database); 503 when Prometheus cannot answer."""
+    try:
+        if prometheus.enabled():
+            return prometheus.gpu_series(gpu, start, end, now=end)
+        return database.gpu_series(gpu, start, end, now=end)
+    except prometheus.PrometheusUnavailable as exc:
+        raise TelemetryStoreUnavailable(f"Telemetry store unavailable: {exc}") from exc
+
+
+def node_points(node: Node, start: datetime, end: datetime) -> dict[str, list[dict[str, Any]]]:
+    """The node's series per GPU UUID from the configured store, as `gpu_points`."""
+    try:
+        if prometheus.enabled():
+            return prometheus.node_series(node, start, end, now=end)
+        return database.node_series(node, start, end, now=end)
+    except prometheus.PrometheusUnavailable as exc:
+        raise TelemetryStoreUnavailable(f"Telemetry store unavailable: {exc}") from exc
 
 
 def _iso(ts: datetime) -> str:
@@ -142,6 +172,7 @@ RANGE_PARAMETER = OpenApiParameter(
     description="How far back from now. Ranges within the raw retention window are raw samples, longer ones rollups.",
 )
 BAD_RANGE = OpenApiResponse(description="Unknown range; the message lists the choices.")
+STORE_UNAVAILABLE = OpenApiResponse(description="Prometheus (GPUPLANE_PROMETHEUS_URL) could not answer; `detail` says why.")
 
 
 class GPUSeriesView(StrictQueryParametersMixin, APIView):
@@ -152,7 +183,10 @@ class GPUSeriesView(StrictQueryParametersMixin, APIView):
     @extend_schema(
         operation_id="gpus_series_retrieve",
         parameters=[RANGE_PARAMETER],
-        responses={200: GPUSeriesSerializer, 400: BAD_RANGE, 404: OpenApiResponse(description="No GPU with this UUID.")},
+        responses={
+            200: GPUSeriesSerializer, 400: BAD_RANGE, 404: OpenApiResponse(description="No GPU with this UUID."),
+            503: STORE_UNAVAILABLE,
+        },
     )
     def get(self, request: Request, uuid: str) -> Response:
         range_key = parse_range(request)
@@ -163,7 +197,7 @@ class GPUSeriesView(StrictQueryParametersMixin, APIView):
             "gpu": gpu.uuid,
             "range": range_key,
             "resolution": resolution_for(start, end),
-            "points": chart_points(gpu_series(gpu, start, end, now=end)),
+            "points": chart_points(gpu_points(gpu, start, end)),
         })
 
 
@@ -175,14 +209,17 @@ class NodeSeriesView(StrictQueryParametersMixin, APIView):
     @extend_schema(
         operation_id="nodes_series_retrieve",
         parameters=[RANGE_PARAMETER],
-        responses={200: NodeSeriesSerializer, 400: BAD_RANGE, 404: OpenApiResponse(description="No node with this name.")},
+        responses={
+            200: NodeSeriesSerializer, 400: BAD_RANGE, 404: OpenApiResponse(description="No node with this name."),
+            503: STORE_UNAVAILABLE,
+        },
     )
     def get(self, request: Request, name: str) -> Response:
         range_key = parse_range(request)
         node = get_object_or_404(Node, name=name)
         end = timezone.now()
         start = end - RANGES[range_key]
-        series = node_series(node, start, end, now=end)
+        series = node_points(node, start, end)
         # Every GPU is listed, reporting or not, so a chart can say which GPUs have no data yet.
         gpus = node.gpus.order_by("index").values_list("uuid", "index")
         return Response({

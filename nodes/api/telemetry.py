@@ -15,7 +15,10 @@ memory (and used at most total), power at most 1.5 × its model's TDP, SM clock 
 maximum clock. Answers:
 
 - 201 `{"stored": n, "duplicates": m}`: duplicates are samples already stored (same GPU and ts),
-  so an agent re-sending a batch after a lost answer stores nothing twice.
+  so an agent re-sending a batch after a lost answer stores nothing twice. With Prometheus as the
+  time-series store (GPUPLANE_PROMETHEUS_URL) only each GPU's newest sample is kept (its latest
+  values, exposed at /metrics/dcgm): `stored` counts those, the batch's older samples count as
+  duplicates.
 - 400 with messages per field, per sample index (nodes.telemetry.validation explains the shape); nothing
   is stored when any sample is refused. An unknown node is a 400 on `node`, an unknown GPU (or one
   of another node) a 400 on that sample's `gpu_uuid`.

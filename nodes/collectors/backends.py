@@ -15,7 +15,7 @@ def get_collector() -> Collector | None:
     "simulated" -> SimulatedCollector(settings.TELEMETRY_SIMULATION_SEED), "dcgm" ->
     DCGMPrometheusCollector(settings.GPUPLANE_PROMETHEUS_URL), "none" -> None (node agents push
     their NVML readings to the API instead; the server polls nothing). Any other value raises
-    ValueError naming the valid ones.
+    ValueError naming the valid ones, as does "dcgm" without GPUPLANE_PROMETHEUS_URL.
     """
     from django.conf import settings
 
@@ -28,6 +28,9 @@ def get_collector() -> Collector | None:
         return SimulatedCollector(seed=settings.TELEMETRY_SIMULATION_SEED)
     if source == "dcgm":
         from nodes.collectors.prometheus import DCGMPrometheusCollector
+
+        if not settings.GPUPLANE_PROMETHEUS_URL:
+            raise ValueError("GPUPLANE_TELEMETRY_SOURCE=dcgm reads DCGM metrics from Prometheus: set GPUPLANE_PROMETHEUS_URL")
 
         return DCGMPrometheusCollector(settings.GPUPLANE_PROMETHEUS_URL)
     if source == "none":

@@ -11,5 +11,7 @@ One concern per module; import from the module that owns a name:
 - `poll`        store_poll (one server poll of the whole fleet, stored in shards of nodes)
 - `buckets`     epoch-aligned time buckets and their running means and maxima
 - `rollup`      rollup_and_expire: raw samples into buckets, retention of both
-- `series`      gpu_series / node_series for the charts
+- `series`      gpu_series / node_series for the charts, from the database
+- `prometheus`  the same series from Prometheus, when GPUPLANE_PROMETHEUS_URL makes it the store
+- `exposition`  the latest per-GPU readings in DCGM exporter's format, for Prometheus to scrape
 """

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -76,6 +77,12 @@ def write_samples(samples: Sequence[SampleIn], gpus: Mapping[str, ResolvedGPU], 
     looked older in `gpus` are updated, and each UPDATE checks again in the database that the
     row's `sampled_at` is null or older, so a late or concurrent older batch never overwrites
     newer values. A GPU deleted since `gpus` was read makes the whole batch TelemetryRejected.
+
+    With Prometheus as the time-series store (settings.GPUPLANE_PROMETHEUS_URL) no sample rows are
+    inserted: the database keeps only each GPU's latest values, which is all decisions (idle
+    detection, /metrics, the overview) read, and Prometheus takes them from /metrics/dcgm.
+    `stored` then counts the GPU rows brought up to date; the batch's other samples (older ones
+    of a GPU, re-sent ones) count as duplicates.
     """
     if not samples:
         return IngestResult(stored=0, duplicates=0)
@@ -95,9 +102,10 @@ def write_samples(samples: Sequence[SampleIn], gpus: Mapping[str, ResolvedGPU], 
         if (sampled_at := gpus[sample.gpu_uuid].sampled_at) is None or sampled_at < sample.ts
     }
 
+    history = not settings.GPUPLANE_PROMETHEUS_URL
     try:
         with transaction.atomic():
-            stored = insert_samples_ignoring_duplicates(unique, source)
+            stored = insert_samples_ignoring_duplicates(unique, source) if history else len(stale)
             update_latest_values(stale)
     except IntegrityError as exc:
         # Only a GPU deleted by inventory sync between the check and the insert gets here.

@@ -27,7 +27,7 @@ class StoreReport:
 
     source: str  # the collector's name, stored as GPUSample.source
     readings: int  # readings handed in
-    stored: int  # new samples written
+    stored: int  # new samples written (Prometheus as the store: GPU rows brought up to date)
     duplicates: int  # samples already stored (same GPU and ts)
     unknown_gpus: int  # readings of GPUs the inventory does not know (yet), left out
     empty: int  # readings without any metric (a lost GPU), left out

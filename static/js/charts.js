@@ -159,6 +159,7 @@
     this.empty = section.querySelector("[data-telemetry-empty]");
     this.emptyNever = section.querySelector("[data-empty-never]");
     this.emptyRange = section.querySelector("[data-empty-range]");
+    this.emptyError = section.querySelector("[data-empty-error]");
     this.charts = section.querySelector("[data-telemetry-charts]");
     this.links = Array.from(section.querySelectorAll("a[data-range]"));
     this.links.forEach((link) => link.addEventListener("click", (event) => this.choose(event, link.dataset.range)));
@@ -185,6 +186,12 @@
         headers: { Accept: "application/json" },
         credentials: "same-origin",
       });
+      if (response.status === 503) {
+        // The time-series store (Prometheus) cannot answer: say why, on an empty chart.
+        const body = await response.json().catch(() => ({}));
+        if (request === this.request) this.unavailable(body.detail || "The telemetry store is unavailable.");
+        return;
+      }
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
       payload = await response.json();
     } catch (error) {
@@ -195,6 +202,17 @@
     if (request === this.request) this.render(payload);
   };
 
+  TelemetryPanel.prototype.unavailable = function (reason) {
+    this.charts.hidden = true;
+    this.empty.hidden = false;
+    this.emptyNever.hidden = true;
+    this.emptyRange.hidden = true;
+    this.emptyError.hidden = false;
+    this.emptyError.querySelector("[data-empty-reason]").textContent = reason;
+    this.meta.textContent = `Retrying every ${this.intervalMs / 1000} s.`;
+    this.section.dataset.loaded = "true";
+  };
+
   TelemetryPanel.prototype.render = function (payload) {
     const series = seriesOf(payload, this.gpuIndex);
     const any = series.some((s) => s.points.length > 0);
@@ -202,6 +220,7 @@
     this.empty.hidden = any;
     this.emptyNever.hidden = this.hasSamples;
     this.emptyRange.hidden = !this.hasSamples;
+    this.emptyError.hidden = true;
     // Unhide before drawing: plotly sizes a chart from its container's width.
     this.charts.hidden = !any;
     this.section.dataset.loaded = "true";

@@ -111,6 +111,24 @@ def test_a_silent_node_fills_its_charts_without_a_reload(page: Page, live_server
     expect(empty).to_be_hidden()
 
 
+def test_a_prometheus_that_is_down_shows_an_empty_chart_with_the_reason(
+    page: Page, live_server, viewer_user, fleet, settings, tmp_path: Path
+):
+    from tests.nodes.prometheus_server import free_port
+
+    settings.GPUPLANE_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"  # the store, and nothing listens there
+    base = live_server.url
+    sign_in(page, base)
+
+    page.goto(f"{base}/nodes/gpu-a/")
+    empty = page.locator("[data-telemetry-empty]")
+    expect(empty).to_be_visible()
+    expect(empty).to_contain_text("Telemetry store unavailable: Prometheus is unreachable (connection failed).")
+    expect(page.locator("[data-telemetry-charts]")).to_be_hidden()
+    expect(page.locator("[data-empty-never]")).to_be_hidden()
+    page.screenshot(path=tmp_path / "node-prometheus-down.png", full_page=True)
+
+
 def test_the_gpu_page_charts_one_gpu(page: Page, live_server, viewer_user, fleet, tmp_path: Path):
     base = live_server.url
     sign_in(page, base)
