@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from nodes.cluster.base import ClusterError, ClusterNode, ClusterPod, NotFound, WorkloadSpec
+from nodes.cluster.base import Changes, ClusterError, ClusterNode, ClusterPod, Listing, NotFound, WorkloadSpec
 from nodes.cluster.parsing import parse_node, parse_pod
 from nodes.cluster.sim import (
     device_plugin,
@@ -25,10 +25,12 @@ from nodes.cluster.sim import (
     mig_manager,
     replica_sets,
     scheduling,
+    versions,
     workloads,
 )
 from nodes.cluster.sim.objects import REMOVED_DELETED, find_node, remove_pod
 from nodes.cluster.sim.store import State, StateFile, empty_state
+from nodes.cluster.watch_events import node_changes, pod_changes
 from nodes.contract import LABEL_MIG_CONFIG
 
 T = TypeVar("T")
@@ -75,18 +77,38 @@ class SimulatedCluster:
 
     # --- ClusterBackend ------------------------------------------------------------------------
 
+    @property
+    def cluster_key(self) -> str:
+        return f"sim:{self.state_file.path.resolve()}"
+
     def list_nodes(self) -> list[ClusterNode]:
         """Every node, by name, parsed as a real cluster's Node JSON is."""
-        return self._operate("list_nodes", lambda s, now: [parse_node(s["nodes"][n]) for n in sorted(s["nodes"])])
+        return self.list_nodes_versioned().items
+
+    def list_nodes_versioned(self) -> Listing[ClusterNode]:
+        return self._operate("list_nodes", lambda s, now: Listing(
+            [parse_node(s["nodes"][n]) for n in sorted(s["nodes"])], versions.list_version(s)))
 
     def list_gpu_pods(self) -> list[ClusterPod]:
         """Pods (all namespaces) that request an nvidia.com/gpu or nvidia.com/mig-* resource."""
+        return self.list_gpu_pods_versioned().items
 
-        def action(state: State, now: float) -> list[ClusterPod]:
+    def list_gpu_pods_versioned(self) -> Listing[ClusterPod]:
+        def action(state: State, now: float) -> Listing[ClusterPod]:
             pods = (parse_pod(state["pods"][key]) for key in sorted(state["pods"]))
-            return [pod for pod in pods if pod is not None]
+            return Listing([pod for pod in pods if pod is not None], versions.list_version(state))
 
         return self._operate("list_gpu_pods", action)
+
+    # A watch answers at once with what the history holds (`versions.watch`); reading nodes or pods,
+    # by list or watch, is one operation for injected faults, as one API server serves both.
+    def watch_nodes(self, resource_version: str, timeout_s: float) -> Changes[ClusterNode]:
+        return self._operate("list_nodes", lambda s, now: node_changes(
+            versions.watch(s, "Node", resource_version), resource_version, "watch nodes"))
+
+    def watch_gpu_pods(self, resource_version: str, timeout_s: float) -> Changes[ClusterPod]:
+        return self._operate("list_gpu_pods", lambda s, now: pod_changes(
+            versions.watch(s, "Pod", resource_version), resource_version, "watch pods"))
 
     def set_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
         """Merge labels; a None value removes the label.
@@ -343,8 +365,19 @@ class SimulatedCluster:
 
     @contextmanager
     def _transaction(self) -> Iterator[State]:
-        """The state, advanced to now, under the file lock; saved on normal exit (`StateFile.transaction`)."""
-        with self.state_file.transaction(lambda state: self._advance(state, self._now())) as state:
+        """The state, advanced to now, under the file lock; saved on normal exit (`StateFile.transaction`).
+        Nodes and pods written in it get new resourceVersions (`versions`)."""
+        before: list[versions.Snapshot] = []
+
+        def advance(state: State) -> None:  # called on entry, then on exit
+            entering = not before
+            if entering:
+                before.append(versions.snapshot(state))
+            self._advance(state, self._now())
+            if not entering:
+                versions.stamp_writes(state, before[0])
+
+        with self.state_file.transaction(advance) as state:
             yield state
 
     def _operate(self, operation: str, action: Callable[[State, float], T]) -> T:
