@@ -3,7 +3,7 @@
 This is the only module in gpuplane that imports `kubernetes` (a test enforces it): the rest of
 the code base speaks the plain types of `nodes.cluster.base`, the simulated cluster's too.
 
-Reads and watches take the raw JSON (`_preload_content=False`, `deserialize=False`) to
+Reads and watches take the raw JSON (`_preload_content=False`, a watch event's `raw_object`) to
 `nodes.cluster.parsing` and `watch_events`, which the simulated cluster uses too, so both backends
 interpret labels and quantities identically. Every API or transport failure leaves as a
 `ClusterError` (`NotFound`, `EvictionBlocked`, `ResourceVersionGone`...) naming the operation, the
@@ -193,20 +193,12 @@ class KubernetesCluster:
         Raises EvictionBlocked when the API answers 429 (a PDB forbids it now: retry later),
         NotFound when the pod is gone, ClusterError otherwise.
         """
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": name, "namespace": namespace},
-        }
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
         self._call(
             f"evict pod {namespace}/{name}",
             lambda: self.core.create_namespaced_pod_eviction(
-                name,
-                namespace,
-                body,  # type: ignore[arg-type]  # the client serializes a plain dict body as it is
-                field_manager=FIELD_MANAGER,
-                _headers=_json_content(),
-                _preload_content=False,
+                name, namespace, body,  # type: ignore[arg-type]  # the client serializes a plain dict body as it is
+                field_manager=FIELD_MANAGER, _headers=_json_content(), _preload_content=False,
                 _request_timeout=self.request_timeout_s,
             ),
             too_many_requests_is_eviction_block=True,
@@ -347,10 +339,9 @@ class KubernetesCluster:
     ) -> list[dict[str, Any]]:
         """The raw events of one watch bounded by `timeout_s`; with a timeout the client never
         retries a 410 Gone but raises it (ResourceVersionGone through `_raw`)."""
-        stream = watch.Watch().stream(
+        stream = _RawWatch().stream(
             list_call, resource_version=resource_version, timeout_seconds=max(1, round(timeout_s)),
-            allow_watch_bookmarks=True, deserialize=False, _request_timeout=(self.request_timeout_s[0], timeout_s + 5),
-            **params,
+            allow_watch_bookmarks=True, _request_timeout=(self.request_timeout_s[0], timeout_s + 5), **params,
         )
         return self._raw(action, lambda: list(stream))
 
@@ -382,6 +373,12 @@ class KubernetesCluster:
             raise api_error(action, exc, self.host, too_many_requests_is_eviction_block) from None
         except urllib3.exceptions.HTTPError as exc:
             raise ClusterError(f"{action}: cannot reach the Kubernetes API at {self.host}: {transport_reason(exc)}") from None
+
+
+class _RawWatch(watch.Watch):
+    # Events as plain JSON, no client models (which also reject objects missing optional fields).
+    def get_return_type(self, func: Any) -> None:
+        return None
 
 
 def _json_content() -> dict[str, str]:

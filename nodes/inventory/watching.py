@@ -98,7 +98,7 @@ def _watch(backend: WatchableCluster, mirror: ClusterMirror, stored: InventoryWa
         old_node = nodes.get(node_event.key)
         if node_event.item is None:
             nodes.pop(node_event.key, None)
-        elif old_node is not None and old_node.resource_version == node_event.item.resource_version:
+        elif old_node is not None and _same_version(old_node, node_event.item):
             continue  # seen already (a watch may repeat what the list had): not compared again
         else:
             nodes[node_event.key] = node_event.item
@@ -107,7 +107,7 @@ def _watch(backend: WatchableCluster, mirror: ClusterMirror, stored: InventoryWa
         old_pod = pods.get(pod_event.key)
         if pod_event.item is None:
             pods.pop(pod_event.key, None)
-        elif old_pod is not None and old_pod.resource_version == pod_event.item.resource_version:
+        elif old_pod is not None and _same_version(old_pod, pod_event.item):
             continue
         else:
             pods[pod_event.key] = pod_event.item
@@ -186,6 +186,11 @@ def _differing(
     changed: set[str] = set()
     for key in old.keys() | new.keys():
         before, after = old.get(key), new.get(key)
-        if before is None or after is None or before.resource_version != after.resource_version:
+        if before is None or after is None or not _same_version(before, after):
             changed.update(node_of(item) for item in (before, after) if item is not None)
     return changed
+
+
+def _same_version(old: ClusterNode | ClusterPod, new: ClusterNode | ClusterPod) -> bool:
+    # An object without a resourceVersion (a backend that keeps none) may have changed.
+    return bool(new.resource_version) and old.resource_version == new.resource_version

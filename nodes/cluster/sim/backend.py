@@ -367,17 +367,7 @@ class SimulatedCluster:
     def _transaction(self) -> Iterator[State]:
         """The state, advanced to now, under the file lock; saved on normal exit (`StateFile.transaction`).
         Nodes and pods written in it get new resourceVersions (`versions`)."""
-        before: list[versions.Snapshot] = []
-
-        def advance(state: State) -> None:  # called on entry, then on exit
-            entering = not before
-            if entering:
-                before.append(versions.snapshot(state))
-            self._advance(state, self._now())
-            if not entering:
-                versions.stamp_writes(state, before[0])
-
-        with self.state_file.transaction(advance) as state:
+        with self.state_file.transaction(versions.stamping(lambda state: self._advance(state, self._now()))) as state:
             yield state
 
     def _operate(self, operation: str, action: Callable[[State, float], T]) -> T:

@@ -12,6 +12,7 @@ an operation (`snapshot`, then `stamp_writes`), not by touching every writer.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,22 @@ def snapshot(state: State) -> Snapshot:
         version=_history(state)["version"],
         texts={kind: {key: _text(obj) for key, obj in state[coll].items()} for kind, coll in WATCHED.items()},
     )
+
+
+def stamping(advance: Callable[[State], None]) -> Callable[[State], None]:
+    """`advance` as `StateFile.transaction` calls it (on entry, then on exit), with the objects the
+    transaction wrote stamped on exit."""
+    before: list[Snapshot] = []
+
+    def advance_and_stamp(state: State) -> None:
+        entering = not before
+        if entering:
+            before.append(snapshot(state))
+        advance(state)
+        if not entering:
+            stamp_writes(state, before[0])
+
+    return advance_and_stamp
 
 
 def stamp_writes(state: State, before: Snapshot) -> None:
