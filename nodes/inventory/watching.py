@@ -4,11 +4,11 @@ On a backend that can watch (`WatchableCluster`), each process keeps a mirror of
 nodes and GPU pods with the resourceVersions they were read at, as a Kubernetes informer does.
 A sync watches from those versions and syncs only the nodes that changed, or whose pods did;
 with no events there is nothing to sync and no row is read or written. It relists, and syncs
-every node, the first time, when the watch answers 410 Gone, when `relist` is asked, and when the
-database says its rows were synced at other versions than the mirror's (another process synced
-since, or the rows were rolled back or restored): the mirror then cannot tell what the rows lack.
-After a relist that the database agrees with (e.g. after 410 Gone), only the nodes whose
-resourceVersions differ from the mirror's are synced.
+every node, the first time, when `relist` is asked (to repair rows changed behind its back), and
+when the database says its rows were synced at other versions than the mirror's (another process
+synced since, or the rows were rolled back or restored): the mirror then cannot tell what the rows
+lack. After 410 Gone it relists but, the rows being as the mirror says, syncs only the nodes whose
+resourceVersions (or whose pods') differ from the mirror's.
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def read_cluster(backend: ClusterBackend, *, relist: bool = False) -> ClusterRea
             return _watch(backend, mirror, stored)
         except ResourceVersionGone:
             pass  # too far behind: list again, and sync what differs from the mirror
-    return _relist(backend, mirror if in_step else None, stored)
+    return _relist(backend, mirror if in_step and not relist else None, stored)
 
 
 def _watch(backend: WatchableCluster, mirror: ClusterMirror, stored: InventoryWatch | None) -> ClusterReading:

