@@ -115,7 +115,12 @@ def _watch(backend: WatchableCluster, mirror: ClusterMirror, stored: InventoryWa
         if old_pod is not None:
             scope.add(old_pod.node_name)
     scope.discard("")  # unbound pods hold nothing
-    new = ClusterMirror(mirror.key, nodes, pods, node_changes.resource_version, pod_changes.resource_version)
+    if not node_changes.events and not pod_changes.events:
+        # Only bookmarks: keep watching from the stored versions rather than write newer ones (a
+        # quiet cluster is written to only when those fall out of the API's window: 410, relist).
+        new = mirror
+    else:
+        new = ClusterMirror(mirror.key, nodes, pods, node_changes.resource_version, pod_changes.resource_version)
     reading = _scoped(new, scope, "watch")
     reading.events = len(node_changes.events) + len(pod_changes.events)
     reading.stored = stored

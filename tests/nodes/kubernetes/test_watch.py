@@ -9,11 +9,13 @@ import json
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from nodes.cluster.base import ResourceVersionGone
 from nodes.inventory import watching
 from nodes.inventory.sync import sync_inventory
-from nodes.models import Node
+from nodes.models import InventoryWatch, Node
 from tests.nodes.kubernetes import api_objects as k8s
 from tests.nodes.kubernetes.fake_api import RecordedRequest, Reply
 
@@ -98,3 +100,24 @@ def test_inventory_sync_lists_then_watches_then_relists_on_gone(kube, cluster):
     assert Node.objects.get(name="gpu-node-1").cordoned is False
     lists = [r for r in kube.requests if r.path == "/api/v1/nodes" and r.param("watch") != "true"]
     assert len(lists) == 2  # the first sync and the one after 410 Gone
+
+
+@pytest.mark.django_db
+def test_a_watch_that_brings_only_a_bookmark_writes_nothing_and_keeps_the_stored_versions(kube, cluster):
+    watching.forget_mirrors()
+    bookmark = {"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "190000"}}}
+    kube.on("GET", "/api/v1/nodes", handler=lambda request: _stream(bookmark) if request.param("watch") == "true"
+            else Reply(200, k8s.list_object("Node", [_versioned(k8s.gpu_node("gpu-node-1"), "184321")])))
+    kube.on("GET", "/api/v1/pods", handler=lambda request: _stream() if request.param("watch") == "true"
+            else Reply(200, k8s.list_object("Pod", [])))
+    sync_inventory(cluster)
+
+    with CaptureQueriesContext(connection) as queries:
+        report = sync_inventory(cluster)
+    sync_inventory(cluster)
+
+    assert report.mode == "watch" and report.events == 0
+    assert not [q for q in queries.captured_queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
+    assert InventoryWatch.objects.get().nodes_version == "184500"  # the list's, not the bookmark's
+    watches = [r.param("resourceVersion") for r in kube.requests if r.path == "/api/v1/nodes" and r.param("watch") == "true"]
+    assert watches == ["184500", "184500"]
