@@ -46,7 +46,7 @@ from nodes.contract import (
 from nodes.holds import occupied_partition_filter, partition_holder
 from nodes.inventory.report import SyncReport
 from nodes.inventory.sync import sync_inventory
-from nodes.models import GPU, Node, Partition
+from nodes.models import GPU, InventoryWatch, Node, Partition
 from nodes.sharing.device_plugin import device_plugin_config
 
 H100_PRODUCT = "NVIDIA-H100-80GB-HBM3"
@@ -311,7 +311,7 @@ def load_demo_cluster(*, if_empty: bool = False, reset: bool = False, force: boo
             f"the simulated cluster in {settings.GPUPLANE_SIMULATED_STATE} already has nodes; "
             "pass --reset to rebuild the demo or --if-empty to load it only into an empty inventory"
         )
-    report = sync_inventory(cluster)
+    report = sync_inventory(cluster, relist=True)  # the rows may be anything (an emptied inventory): compare all
     return DemoOutcome(skipped=False, seeded=seeded, report=report, summary=summarize_inventory())
 
 
@@ -329,6 +329,7 @@ def wipe_inventory(*, force: bool) -> None:
             )
         holder.forget_all()
         Node.objects.all().delete()
+        InventoryWatch.objects.all().delete()  # the rows are in sync with no cluster version any more
 
 
 __all__ = [

@@ -107,7 +107,7 @@ def load_fleet(count: int, *, gpus_per_node: int = 8, models: str = DEFAULT_MODE
     elif not cluster.is_empty() or Node.objects.exists():
         raise FleetError("the simulated cluster or the inventory already has nodes; pass --replace to start over")
     cluster.add_gpu_nodes(fleet_nodes(count, gpus_per_node, mix))
-    report = sync_inventory(cluster)
+    report = sync_inventory(cluster, relist=True)
     return FleetOutcome(report=report, summary=summarize_inventory())
 
 

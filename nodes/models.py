@@ -212,3 +212,16 @@ class NodeAgentToken(models.Model):
 
     def __str__(self) -> str:
         return f"agent token {self.prefix}… for {self.node.name}"
+
+
+class InventoryWatch(models.Model):
+    """Where inventory sync's watch of one cluster stands: the resourceVersions its rows are in
+    sync with. Written only when they move, so a sync of an unchanged cluster writes nothing."""
+
+    cluster_key = models.CharField(max_length=512, unique=True, help_text="Which cluster, e.g. kubernetes:<API URL>")
+    nodes_version = models.CharField(max_length=64, blank=True)
+    pods_version = models.CharField(max_length=64, blank=True)
+    synced_at = models.DateTimeField(help_text="The sync that last moved the versions")
+
+    def __str__(self) -> str:
+        return f"inventory watch of {self.cluster_key} at nodes {self.nodes_version}, pods {self.pods_version}"

@@ -4,10 +4,9 @@ Counts of different things are never added up as equal units: allocation is stat
 GPU-equivalents (nodes.figures: a whole GPU 1, a 3g MIG instance 3/7, an MPS slot or time-slice
 replica 1/R, a weighted share its percentage) and in GB of memory, and partitions are counted
 per kind, each in its own unit ("3 of 32 time-slice replicas"). Idle and allocated GPUs are
-counted by the very functions /metrics uses (nodes.summaries.count_idle / is_allocated), so the
-page and gpuplane_gpus_idle / gpuplane_gpus_allocated agree. Five queries whatever the size; sums by
-mode and partitions are counted by the database, and Python sees one plain row per GPU only for
-those two shared counts.
+counted by the rules /metrics counts by (nodes.summaries.is_idle / is_allocated, in SQL as
+idle_filter / allocated_filter), so the page and gpuplane_gpus_idle / gpuplane_gpus_allocated
+agree. Five queries whatever the size, all counted and summed by the database: no row per GPU.
 """
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from django.db.models import Count, Q, Sum
 from nodes.figures import format_gb, format_number, gpu_equivalent, largest_remainder
 from nodes.holds import occupied_partition_filter
 from nodes.models import GPU, Node, Partition
-from nodes.summaries import count_idle, is_allocated, node_state
+from nodes.summaries import allocated_filter, idle_filter, node_state
 from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
 
 # What one partition of each kind is called, singular and plural, in a per-kind count.
@@ -31,7 +30,6 @@ _UNIT_NAMES: dict[str, tuple[str, str]] = {
     PartitionKind.MPS_WEIGHTED: ("weighted share", "weighted shares"),
     PartitionKind.TIMESLICE: ("time-slice replica", "time-slice replicas"),
 }
-_GPU_FIELDS = ("memory_mib", "allocated_milli", "allocated_memory_mib", "utilization_pct", "memory_used_mib", "power_w")
 
 
 @dataclass(frozen=True)
@@ -108,19 +106,6 @@ def _partitions_note(allocation: ModeAllocation) -> str:
     )
 
 
-@dataclass(slots=True)
-class _GPUFigures:
-    """The columns the overview reads of one GPU (satisfies nodes.summaries.GPULike); a plain row
-    is a fraction of a model instance's cost, which counts at 40,000 GPUs."""
-
-    memory_mib: int
-    allocated_milli: int
-    allocated_memory_mib: int
-    utilization_pct: float | None
-    memory_used_mib: int | None
-    power_w: float | None
-
-
 @dataclass(frozen=True, slots=True)
 class _NodeFlags:
     ready: bool
@@ -132,8 +117,12 @@ def cluster_overview() -> ClusterOverview:
     counts /metrics shares) and partitions counted by the database per mode, kind and size."""
     mode_labels = dict(SharingMode.choices())
     nodes = [_NodeFlags(ready, cordoned) for ready, cordoned in Node.objects.values_list("ready", "cordoned")]
-    # Per-GPU rows only for the counts /metrics shares (is_allocated, is_idle); sums by mode in SQL.
-    gpus = [_GPUFigures(*row) for row in GPU.objects.values_list(*_GPU_FIELDS)]
+    # The counts /metrics shares, by the same rules in SQL (is_allocated, is_idle); sums by mode too.
+    figures = GPU.objects.aggregate(
+        gpus=Count("id"), allocated=Count("id", filter=allocated_filter()), idle=Count("id", filter=idle_filter()),
+        reporting=Count("utilization_pct"), utilization=Sum("utilization_pct"),
+        powered=Count("power_w"), power=Sum("power_w"),
+    )
     by_mode: dict[str, ModeAllocation] = {}
     mig_on = 0
     per_mode = GPU.objects.values("node__sharing_mode").annotate(
@@ -161,7 +150,7 @@ def cluster_overview() -> ClusterOverview:
         allocation.partitions_used[kind] += group["used"]
         allocation.gpu_equivalents += gpu_equivalent(kind, group["share_milli"], group["mig_profile"]) * group["used"]
     modes = sorted(by_mode.values(), key=lambda a: (-a.gpus, a.mode))
-    gpus_total = len(gpus)
+    gpus_total = figures["gpus"]
 
     state_counts = Counter(node_state(node) for node in nodes)
     node_parts = [
@@ -177,8 +166,7 @@ def cluster_overview() -> ClusterOverview:
              f"{mig_on} with MIG on, {a.gpus - mig_on} whole" if a.mode == SharingMode.MIG else "", a.mode)
         for a in modes
     ]
-    allocated_n = sum(1 for gpu in gpus if is_allocated(gpu))
-    idle_n = count_idle(gpus)
+    allocated_n, idle_n = figures["allocated"], figures["idle"]
     use_parts = [
         Part("With work allocated", str(allocated_n), _pct(allocated_n, gpus_total), key="allocated"),
         Part("Nothing allocated", str(gpus_total - allocated_n), _pct(gpus_total - allocated_n, gpus_total), key="unallocated"),
@@ -187,8 +175,6 @@ def cluster_overview() -> ClusterOverview:
         Part("Idle", str(idle_n), _pct(idle_n, gpus_total), "barely used by their latest telemetry", "idle"),
         Part("Busy", str(gpus_total - idle_n), _pct(gpus_total - idle_n, gpus_total), key="busy"),
     ]
-    utilizations = [gpu.utilization_pct for gpu in gpus if gpu.utilization_pct is not None]
-    powers = [gpu.power_w for gpu in gpus if gpu.power_w is not None]
 
     # Rounded so that the parts shown add up to the total shown (largest remainder).
     equivalents = [a.gpu_equivalents for a in modes]
@@ -214,10 +200,10 @@ def cluster_overview() -> ClusterOverview:
         mode_parts=mode_parts,
         use_parts=use_parts,
         idle_parts=idle_parts,
-        reporting_gpus=len(utilizations),
-        power_gpus=len(powers),
-        power_w=sum(powers) if powers else None,
-        mean_utilization_pct=sum(utilizations) / len(utilizations) if utilizations else None,
+        reporting_gpus=figures["reporting"],
+        power_gpus=figures["powered"],
+        power_w=figures["power"] if figures["powered"] else None,
+        mean_utilization_pct=figures["utilization"] / figures["reporting"] if figures["reporting"] else None,
         allocated_gpu_equivalents=format_number(sum(shown_equivalents, Fraction(0)), 2),
         allocated_pct=_pct(total_equivalents, gpus_total),
         allocation_parts=allocation_parts,

@@ -17,7 +17,8 @@ from datetime import datetime
 from typing import Protocol
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import F, Q, QuerySet, Value
+from django.db.models.lookups import LessThan
 
 from nodes.models import GPU, Node
 
@@ -84,6 +85,30 @@ def is_allocated(gpu: GPULike) -> bool:
     """Whether anything is handed out on `gpu` (a compute share or memory): what /metrics counts
     as gpuplane_gpus_allocated and the overview as "with work allocated"."""
     return gpu.allocated_milli > 0 or gpu.allocated_memory_mib > 0
+
+
+def allocated_filter() -> Q:
+    """is_allocated() as a filter on GPU rows, for counting in SQL (`Count("id", filter=...)`)."""
+    return Q(allocated_milli__gt=0) | Q(allocated_memory_mib__gt=0)
+
+
+def idle_filter(utilization_threshold: float | None = None, memory_threshold: float | None = None) -> Q:
+    """is_idle() as a filter on GPU rows: the same rule, for counting in SQL what count_idle() counts.
+
+    Memory used under the threshold share is compared as `memory_used_mib * 100 < threshold *
+    memory_mib`, the division multiplied out (integer MiB: no quotient is near enough to the
+    threshold for is_idle()'s float division to round across it).
+    """
+    if utilization_threshold is None:
+        utilization_threshold = settings.IDLE_UTILIZATION_PCT
+    if memory_threshold is None:
+        memory_threshold = settings.IDLE_MEMORY_PCT
+    no_telemetry = Q(utilization_pct__isnull=True, memory_used_mib__isnull=True)
+    quiet = Q(utilization_pct__isnull=True) | Q(utilization_pct__lt=utilization_threshold)
+    memory_low = Q(memory_used_mib__isnull=True) | Q(memory_mib=0) | Q(
+        LessThan(F("memory_used_mib") * 100, Value(float(memory_threshold)) * F("memory_mib"))
+    )
+    return (no_telemetry & Q(allocated_milli=0, allocated_memory_mib=0)) | (~no_telemetry & quiet & memory_low)
 
 
 # Nodes are counted in exactly one state so that the states add up to the node count.

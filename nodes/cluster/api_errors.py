@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import urllib3
 
-from nodes.cluster.base import ClusterError, EvictionBlocked, NotFound
+from nodes.cluster.base import ClusterError, EvictionBlocked, NotFound, ResourceVersionGone
 
 
 class APIFailure(Protocol):
@@ -49,6 +49,8 @@ def api_error(action: str, exc: APIFailure, host: str, too_many_requests_is_evic
         return NotFound(text)
     if status == 409:
         return Conflict(text)
+    if status == 410:  # a list or watch from a resourceVersion compacted away
+        return ResourceVersionGone(text)
     if status == 429 and too_many_requests_is_eviction_block:
         return EvictionBlocked(text)
     return ClusterError(text)

@@ -7,7 +7,7 @@ label and resource interpretation that a real cluster gets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 from nodes.vocabulary import Taint
 
@@ -42,6 +42,7 @@ class ClusterNode:
     memory_allocatable_mib: int
     allocatable: dict[str, int]  # extended resources, e.g. {"nvidia.com/gpu": 8}
     gpus: tuple[GPUDevice, ...]
+    resource_version: str = ""  # metadata.resourceVersion: changes with every write of the object
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class ClusterPod:
     gpu_requests: dict[str, int]  # e.g. {"nvidia.com/gpu": 1} or {"nvidia.com/mig-3g.40gb": 1}
     priority_class_name: str = ""
     owner_kind: str = ""  # "DaemonSet", "ReplicaSet", ... ("" for a bare pod)
+    resource_version: str = ""  # metadata.resourceVersion: changes with every write of the object
 
     @property
     def key(self) -> str:
@@ -76,6 +78,39 @@ class ClusterPDB:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+ClusterItem = TypeVar("ClusterItem", ClusterNode, ClusterPod)
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+@dataclass(frozen=True)
+class Listing(Generic[ClusterItem]):
+    """A list as of one instant of the cluster: its items and the list's resourceVersion, from
+    which a watch continues."""
+
+    items: list[ClusterItem]
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class WatchEvent(Generic[ClusterItem]):
+    """One change since a resourceVersion. `key` is the node's name or the pod's "namespace/name";
+    `item` is the object as it is now, None when it left the list (deleted, or a pod that
+    finished or no longer asks for a GPU)."""
+
+    type: EventType
+    key: str
+    item: ClusterItem | None
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class Changes(Generic[ClusterItem]):
+    """What a watch saw: the events in order and the resourceVersion to watch from next."""
+
+    events: list[WatchEvent[ClusterItem]]
+    resource_version: str
 
 
 @dataclass
@@ -105,6 +140,11 @@ class EvictionBlocked(ClusterError):
 
 class NotFound(ClusterError):
     pass
+
+
+class ResourceVersionGone(ClusterError):
+    """The API answered 410 Gone: the resourceVersion watched from is too old (compacted away);
+    the caller must list again and watch from the new list's version."""
 
 
 @runtime_checkable
@@ -143,3 +183,32 @@ class ClusterBackend(Protocol):
         """Delete the device plugin pod on a node so that it restarts and re-reads its config."""
         ...
 
+
+
+@runtime_checkable
+class WatchableCluster(ClusterBackend, Protocol):
+    """A backend that lists with resourceVersions and watches from one (Kubernetes' list-and-watch).
+
+    Inventory sync uses it, when a backend offers it, to read only what changed since its last run.
+    """
+
+    @property
+    def cluster_key(self) -> str:
+        """Which cluster this is ("kubernetes:https://10.0.0.1:6443"): resourceVersions mean
+        something only within one cluster."""
+        ...
+
+    def list_nodes_versioned(self) -> Listing[ClusterNode]: ...
+
+    def list_gpu_pods_versioned(self) -> Listing[ClusterPod]:
+        """`list_gpu_pods` with the list's resourceVersion."""
+        ...
+
+    def watch_nodes(self, resource_version: str, timeout_s: float) -> Changes[ClusterNode]:
+        """The node events after `resource_version`, waiting at most `timeout_s` for them;
+        ResourceVersionGone when that version is too old."""
+        ...
+
+    def watch_gpu_pods(self, resource_version: str, timeout_s: float) -> Changes[ClusterPod]:
+        """The events of the pods `list_gpu_pods` reads, after `resource_version`; as `watch_nodes`."""
+        ...

@@ -1,15 +1,13 @@
 """KubernetesCluster: the ClusterBackend for a real cluster, on the official `kubernetes` client.
 
-This is the only module in gpuplane that imports `kubernetes` (a test enforces it), so the rest
-of the code base speaks the plain types of `nodes.cluster.base` and can run on the simulated
-cluster without the client being involved.
+This is the only module in gpuplane that imports `kubernetes` (a test enforces it): the rest of
+the code base speaks the plain types of `nodes.cluster.base`, the simulated cluster's too.
 
-Reads ask for the raw JSON (`_preload_content=False`) and hand it to `nodes.cluster.parsing`, the
-same parser the simulated cluster uses; the client's generated models are never used for reading,
-so both backends interpret labels and quantities identically. Every API or transport failure
-leaves this module as a `ClusterError` (or its subclasses `NotFound` and `EvictionBlocked`) whose
-message names the operation, the HTTP status, the API's reason and its message
-(`nodes.cluster.api_errors` writes it).
+Reads and watches take the raw JSON (`_preload_content=False`, a watch event's `raw_object`) to
+`nodes.cluster.parsing` and `watch_events`, which the simulated cluster uses too, so both backends
+interpret labels and quantities identically. Every API or transport failure leaves as a
+`ClusterError` (`NotFound`, `EvictionBlocked`, `ResourceVersionGone`...) naming the operation, the
+HTTP status, the API's reason and message (`nodes.cluster.api_errors` writes it).
 """
 from __future__ import annotations
 
@@ -20,31 +18,35 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client, config, watch
 
 from nodes.cluster.api_errors import Conflict, api_error, transport_reason
-from nodes.cluster.base import ClusterError, ClusterNode, ClusterPDB, ClusterPod, NotFound, WorkloadSpec
+from nodes.cluster.base import (
+    Changes,
+    ClusterError,
+    ClusterNode,
+    ClusterPDB,
+    ClusterPod,
+    Listing,
+    NotFound,
+    WorkloadSpec,
+)
+from nodes.cluster.kubernetes_http import FIELD_MANAGER, MERGE_PATCH, STRATEGIC_MERGE_PATCH, json_content
 from nodes.cluster.manifests import deployment_manifest
 from nodes.cluster.parsing import parse_node, parse_pdb, parse_pod
+from nodes.cluster.watch_events import node_changes, pod_changes
 
 # Where and how the NVIDIA GPU operator runs its device plugin DaemonSet.
 DEFAULT_DEVICE_PLUGIN_NAMESPACE = "gpu-operator"
 DEVICE_PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
 
 # Pods in these phases hold no resources any more; the API server filters them out for us.
-ACTIVE_PODS_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 # kubectl's page size: large enough for few round trips, small enough to keep responses bounded.
 DEFAULT_PAGE_SIZE = 500
 # (connect, read) seconds. Without a timeout a hung API server would hang a Celery task forever.
 DEFAULT_REQUEST_TIMEOUT_S = (5.0, 30.0)
-
-# Recorded in managedFields, so `kubectl get -o yaml --show-managed-fields` shows who changed what.
-FIELD_MANAGER = "gpuplane"
-
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-MERGE_PATCH = "application/merge-patch+json"
-JSON = "application/json"
 
 _T = TypeVar("_T")
 
@@ -108,10 +110,8 @@ class KubernetesCluster:
 
     @classmethod
     def for_host(cls, url: str, token: str | None = None, **kwargs: Any) -> KubernetesCluster:
-        """A cluster at `url` (e.g. "https://10.0.0.1:6443"), authenticated with a bearer `token` if given.
-
-        Extra keyword arguments go to the constructor.
-        """
+        """A cluster at `url` (e.g. "https://10.0.0.1:6443"), authenticated with a bearer `token` if
+        given; extra keyword arguments go to the constructor."""
         configuration = client.Configuration(host=url.rstrip("/"))
         if token:
             configuration.api_key = {"BearerToken": token}
@@ -124,18 +124,36 @@ class KubernetesCluster:
 
     # --- reads ----------------------------------------------------------------------------
 
+    @property
+    def cluster_key(self) -> str:
+        return f"kubernetes:{self.host}"
+
     def list_nodes(self) -> list[ClusterNode]:
         """All nodes, parsed by `parsing.parse_node` (GFD labels, allocatable, conditions, taints)."""
-        return [parse_node(obj) for obj in self._paginate("list nodes", self.core.list_node)]
+        return self.list_nodes_versioned().items
+
+    def list_nodes_versioned(self) -> Listing[ClusterNode]:
+        raw, version = self._list("list nodes", self.core.list_node)
+        return Listing([parse_node(obj) for obj in raw], version)
 
     def list_gpu_pods(self) -> list[ClusterPod]:
         """Pods of all namespaces that are not finished and request an NVIDIA GPU or MIG resource."""
-        pods = self._paginate(
-            "list pods",
-            self.core.list_pod_for_all_namespaces,
-            field_selector=ACTIVE_PODS_FIELD_SELECTOR,
-        )
-        return [pod for pod in (parse_pod(obj) for obj in pods) if pod is not None]
+        return self.list_gpu_pods_versioned().items
+
+    def list_gpu_pods_versioned(self) -> Listing[ClusterPod]:
+        raw, version = self._list("list pods", self.core.list_pod_for_all_namespaces, field_selector=ACTIVE_PODS)
+        return Listing([pod for pod in map(parse_pod, raw) if pod is not None], version)
+
+    def watch_nodes(self, resource_version: str, timeout_s: float) -> Changes[ClusterNode]:
+        """Node events after `resource_version` for up to `timeout_s` (then the API server ends the watch)."""
+        return node_changes(self._watch("watch nodes", self.core.list_node, resource_version, timeout_s),
+                            resource_version, "watch nodes")
+
+    def watch_gpu_pods(self, resource_version: str, timeout_s: float) -> Changes[ClusterPod]:
+        """As `watch_nodes`; a pod that finishes leaves the field selector, which the API reports as DELETED."""
+        raw = self._watch("watch pods", self.core.list_pod_for_all_namespaces, resource_version, timeout_s,
+                          field_selector=ACTIVE_PODS)
+        return pod_changes(raw, resource_version, "watch pods")
 
     def list_pdbs(self) -> list[ClusterPDB]:
         """PodDisruptionBudgets (policy/v1) of all namespaces."""
@@ -184,20 +202,12 @@ class KubernetesCluster:
         Raises EvictionBlocked when the API answers 429 (a PDB forbids it now: retry later),
         NotFound when the pod is gone, ClusterError otherwise.
         """
-        body = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": name, "namespace": namespace},
-        }
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
         self._call(
             f"evict pod {namespace}/{name}",
             lambda: self.core.create_namespaced_pod_eviction(
-                name,
-                namespace,
-                body,  # type: ignore[arg-type]  # the client serializes a plain dict body as it is
-                field_manager=FIELD_MANAGER,
-                _headers=_json_content(),
-                _preload_content=False,
+                name, namespace, body,  # type: ignore[arg-type]  # the client serializes a plain dict body as it is
+                field_manager=FIELD_MANAGER, _headers=json_content(), _preload_content=False,
                 _request_timeout=self.request_timeout_s,
             ),
             too_many_requests_is_eviction_block=True,
@@ -253,7 +263,7 @@ class KubernetesCluster:
                     spec.namespace,
                     deployment_manifest(spec),  # type: ignore[arg-type]  # a plain dict, shared with the simulator
                     field_manager=FIELD_MANAGER,
-                    _headers=_json_content(),
+                    _headers=json_content(),
                     _preload_content=False,
                     _request_timeout=self.request_timeout_s,
                 ),
@@ -273,21 +283,14 @@ class KubernetesCluster:
         self._call(
             f"scale deployment {namespace}/{name} to {replicas}",
             lambda: self.apps.patch_namespaced_deployment_scale(
-                name,
-                namespace,
-                {"spec": {"replicas": replicas}},
-                field_manager=FIELD_MANAGER,
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=self.request_timeout_s,
+                name, namespace, {"spec": {"replicas": replicas}}, field_manager=FIELD_MANAGER,
+                _content_type=MERGE_PATCH, _preload_content=False, _request_timeout=self.request_timeout_s,
             ),
         )
 
     def delete_workload(self, namespace: str, name: str) -> None:
-        """Delete the Deployment with foreground propagation; NotFound when there is none.
-
-        NotFound, as SimulatedCluster raises it, so both backends behave alike; a caller that
-        wants a retried delete to be quiet catches it.
+        """Delete the Deployment with foreground propagation; NotFound when there is none (as
+        SimulatedCluster raises it; a caller that wants a retried delete quiet catches it).
 
         Foreground, not Background: the Deployment stays visible (with a deletionTimestamp) until
         its ReplicaSets and pods are gone, so "the Deployment still exists" keeps meaning "its GPUs
@@ -297,10 +300,7 @@ class KubernetesCluster:
         self._call(
             f"delete deployment {namespace}/{name}",
             lambda: self.apps.delete_namespaced_deployment(
-                name,
-                namespace,
-                propagation_policy="Foreground",
-                _preload_content=False,
+                name, namespace, propagation_policy="Foreground", _preload_content=False,
                 _request_timeout=self.request_timeout_s,
             ),
         )
@@ -315,17 +315,20 @@ class KubernetesCluster:
         self._call(
             action,
             lambda: self.core.patch_node(
-                node,
-                body,
-                field_manager=FIELD_MANAGER,
-                _content_type=STRATEGIC_MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=self.request_timeout_s,
+                node, body, field_manager=FIELD_MANAGER, _content_type=STRATEGIC_MERGE_PATCH,
+                _preload_content=False, _request_timeout=self.request_timeout_s,
             ),
         )
 
-    def _paginate(self, action: str, list_call: Callable[..., Any], **params: Any) -> Iterator[dict[str, Any]]:
-        """Items of a list endpoint as raw JSON, following `metadata.continue` page by page."""
+    def _list(self, action: str, list_call: Callable[..., Any], **params: Any) -> tuple[list[dict[str, Any]], str]:
+        """All items of a list and its resourceVersion (all pages come from one snapshot: the first's version)."""
+        versions: list[str] = []
+        return list(self._paginate(action, list_call, versions, **params)), (versions or [""])[0]
+
+    def _paginate(self, action: str, list_call: Callable[..., Any], versions: list[str] | None = None,
+                  **params: Any) -> Iterator[dict[str, Any]]:
+        """Items of a list endpoint as raw JSON, following `metadata.continue` page by page (each
+        page's resourceVersion appended to `versions`)."""
         token: str | None = None
         while True:
             page_params = dict(params, limit=self.page_size, _preload_content=False, _request_timeout=self.request_timeout_s)
@@ -333,9 +336,23 @@ class KubernetesCluster:
                 page_params["_continue"] = token
             page = self._json(action, functools.partial(list_call, **page_params))
             yield from page.get("items") or []
-            token = (page.get("metadata") or {}).get("continue")
+            metadata = page.get("metadata") or {}
+            if versions is not None:
+                versions.append(str(metadata.get("resourceVersion") or ""))
+            token = metadata.get("continue")
             if not token:
                 return
+
+    def _watch(
+        self, action: str, list_call: Callable[..., Any], resource_version: str, timeout_s: float, **params: Any
+    ) -> list[dict[str, Any]]:
+        """The raw events of one watch bounded by `timeout_s`; with a timeout the client never
+        retries a 410 Gone but raises it (ResourceVersionGone through `_raw`)."""
+        stream = _RawWatch().stream(
+            list_call, resource_version=resource_version, timeout_seconds=max(1, round(timeout_s)),
+            allow_watch_bookmarks=True, _request_timeout=(self.request_timeout_s[0], timeout_s + 5), **params,
+        )
+        return self._raw(action, lambda: list(stream))
 
     def _json(self, action: str, call: Callable[[], Any]) -> dict[str, Any]:
         """Run a call made with `_preload_content=False` and decode its JSON object."""
@@ -367,11 +384,10 @@ class KubernetesCluster:
             raise ClusterError(f"{action}: cannot reach the Kubernetes API at {self.host}: {transport_reason(exc)}") from None
 
 
-def _json_content() -> dict[str, str]:
-    # The generated create methods send no Content-Type (and ignore `_content_type`); say what
-    # the body is, as kubectl does, rather than rely on the API server's default. A fresh dict
-    # each time: the client adds its Accept header to the one it is given.
-    return {"Content-Type": JSON}
+class _RawWatch(watch.Watch):
+    # Events as plain JSON, no client models (which also reject objects missing optional fields).
+    def get_return_type(self, func: Any) -> None:
+        return None
 
 
 def _client_from_kubeconfig(path: str) -> client.ApiClient:

@@ -136,6 +136,7 @@ def parse_node(obj: dict[str, Any]) -> ClusterNode:
         memory_allocatable_mib=memory_mib,
         allocatable=allocatable,
         gpus=tuple(gpus),
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 
@@ -171,6 +172,7 @@ def parse_pod(obj: dict[str, Any]) -> ClusterPod | None:
         gpu_requests=requests,
         priority_class_name=spec.get("priorityClassName") or "",
         owner_kind=owners[0].get("kind", "") if owners else "",
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 

@@ -21,7 +21,7 @@ from nodes.models import Node
 logger = logging.getLogger(__name__)
 
 _MISSING_PRODUCT = f"(no {LABEL_GPU_PRODUCT} label)"
-# The Node fields that follow the cluster (last_seen is written apart, as a heartbeat).
+# The Node fields that follow the cluster (last_seen moves with them: when the sync last wrote the node).
 NODE_FIELDS = [
     "labels",
     "taints",
@@ -46,7 +46,7 @@ def sync_node_rows(plan: SyncPlan) -> dict[str, NodeEntry]:
     """Create/update/delete Node rows; return the rows that stay, by name."""
     to_create: list[Node] = []
     to_update: list[Node] = []
-    heartbeats: list[Node] = []  # seen, unchanged: only last_seen moves
+    heartbeats: list[Node] = []  # seen, unchanged: nothing to write
     sharing_by_name: dict[str, NodeSharing] = {}
     for observed in plan.observed:
         sharing = node_sharing(observed)
@@ -64,7 +64,6 @@ def sync_node_rows(plan: SyncPlan) -> dict[str, NodeEntry]:
             row.last_seen = plan.now
             to_update.append(row)
         else:
-            row.last_seen = plan.now
             heartbeats.append(row)
 
     observed_names = {node.name for node in plan.observed}
@@ -91,11 +90,8 @@ def sync_node_rows(plan: SyncPlan) -> dict[str, NodeEntry]:
     if to_update:
         Node.objects.bulk_update(to_update, [*NODE_FIELDS, "last_seen"])
         plan.report.updated["nodes"] += len(to_update)
-    if heartbeats:
-        # Every sync that sees a node refreshes last_seen, so a healthy node never reads "last
-        # seen minutes ago"; one UPDATE for all of them (all take the same instant).
-        Node.objects.filter(pk__in=[row.pk for row in heartbeats]).update(last_seen=plan.now)
-        plan.report.heartbeats = len(heartbeats)
+    # Unchanged nodes are not written: a sync of an unchanged cluster writes nothing at all.
+    plan.report.heartbeats = len(heartbeats)
 
     created_names = [node.name for node in to_create if node.pk is None]
     if created_names:  # databases that cannot return ids from a bulk insert

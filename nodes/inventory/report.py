@@ -20,8 +20,10 @@ class SyncReport:
     created: dict[str, int] = field(default_factory=_zero_counts)
     updated: dict[str, int] = field(default_factory=_zero_counts)
     deleted: dict[str, int] = field(default_factory=_zero_counts)
-    # Nodes seen unchanged: their only write was the last_seen heartbeat (not counted as a change).
+    # Nodes read and found unchanged (nothing written for them).
     heartbeats: int = 0
+    mode: str = "list"  # how the cluster was read: "list" (no watch), "relist" or "watch"
+    events: int = 0  # watch events read (nodes and pods)
     unknown_products: list[str] = field(default_factory=list)
     # "namespace/name" of pods holding GPUs that no partition could be found for.
     unplaced_pods: list[str] = field(default_factory=list)
@@ -47,6 +49,8 @@ class SyncReport:
             "updated": dict(self.updated),
             "deleted": dict(self.deleted),
             "heartbeats": self.heartbeats,
+            "mode": self.mode,
+            "events": self.events,
             "unknown_products": list(self.unknown_products),
             "unplaced_pods": list(self.unplaced_pods),
             "gone_nodes_kept": list(self.gone_nodes_kept),

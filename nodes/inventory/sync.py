@@ -10,64 +10,83 @@ I/O; the database part then runs in one transaction that locks the GPU rows (in 
 order, like every other writer should) for the few milliseconds it takes to recompute and write
 the allocation counters, so a concurrent reservation cannot be lost between our read and write.
 
-Every row is compared with what it should be and only differences are written, so a sync of an
-unchanged cluster issues no INSERT or DELETE and one UPDATE: Node.last_seen of every node it saw
-(the heartbeat, so pages can say a node was seen at the last sync). What it does change is told in the
-audit trail (`nodes.inventory.audit`), recorded in the same transaction with one INSERT.
+Only the nodes that changed on the cluster (or whose pods did) are read and compared, where the
+backend can watch (`nodes.inventory.watching`); every row read is compared with what it should be
+and only differences are written, so a sync of an unchanged cluster writes nothing (Node.last_seen
+moves when the sync writes the node). What it does change is told in the audit trail
+(`nodes.inventory.audit`), recorded in the same transaction with one INSERT.
 """
 from __future__ import annotations
 
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from lifecycle.audit import record_many
 from nodes.cluster.backends import get_cluster
-from nodes.cluster.base import ClusterBackend, ClusterNode, ClusterPod
+from nodes.cluster.base import ClusterBackend
 from nodes.holds import partition_holder
 from nodes.inventory.binding import bind_pods
 from nodes.inventory.gpu_rows import plan_gpu_rows, write_gpu_rows, write_partition_rows
 from nodes.inventory.node_rows import sync_node_rows
 from nodes.inventory.plan import SyncPlan
 from nodes.inventory.report import SyncReport
+from nodes.inventory.watching import ClusterReading, read_cluster, remember
 from nodes.models import GPU, Node, Partition
 
 
-def sync_inventory(cluster: ClusterBackend | None = None) -> SyncReport:
+def sync_inventory(cluster: ClusterBackend | None = None, *, relist: bool = False) -> SyncReport:
     """Make Node, GPU and Partition rows match the cluster; return what was written.
 
-    Idempotent: a second run against an unchanged cluster writes nothing but the heartbeat. Reads the cluster
-    first (outside any transaction), then writes in one transaction. Never raises for an unknown
-    GPU product (reported in `unknown_products`) or a pod that fits no partition (reported in
-    `unplaced_pods`); ClusterError from the backend propagates before anything is written.
+    Reads what changed since the last sync where the backend can watch (`nodes.inventory.watching`;
+    everything when `relist`, the first time, or on 410 Gone) and syncs only the nodes concerned;
+    an unchanged cluster costs two empty watches and one query, and writes nothing. Reads the
+    cluster first (outside any transaction), then writes in one transaction. Never raises for an
+    unknown GPU product (reported in `unknown_products`) or a pod that fits no partition (reported
+    in `unplaced_pods`); ClusterError from the backend propagates before anything is written.
     """
     backend = cluster if cluster is not None else get_cluster()
-    # Nodes without GPUs (CPU workers, control plane) are not inventory gpuplane places onto.
-    observed = [node for node in backend.list_nodes() if node.gpus]
-    pods = backend.list_gpu_pods()
+    reading = read_cluster(backend, relist=relist)
+    report = SyncReport(mode=reading.mode, events=reading.events)
+    if reading.nothing_to_do:
+        return report
     now = timezone.now()
     with transaction.atomic():
-        plan = _load(observed, pods, now)
-        nodes = sync_node_rows(plan)
-        plan_gpu_rows(plan, nodes)
-        bind_pods(plan, nodes)
-        write_gpu_rows(plan)
-        write_partition_rows(plan)
-        record_many(plan.audit, at=now)  # one INSERT, none when nothing changed
-    plan.report.unknown_products.sort()
-    plan.report.unplaced_pods.sort()
-    return plan.report
+        if reading.scope != set():  # an empty scope: only objects gpuplane does not track changed
+            plan = _load(reading, now)
+            plan.report = report
+            nodes = sync_node_rows(plan)
+            plan_gpu_rows(plan, nodes)
+            bind_pods(plan, nodes)
+            write_gpu_rows(plan)
+            write_partition_rows(plan)
+            record_many(plan.audit, at=now)  # one INSERT, none when nothing changed
+        remember(reading)
+    report.unknown_products.sort()
+    report.unplaced_pods.sort()
+    return report
 
 
-def _load(observed: list[ClusterNode], pods: list[ClusterPod], now: datetime) -> SyncPlan:
-    """The rows as they are, and what holders hold, read inside the sync's transaction."""
-    plan = SyncPlan(observed=observed, pods=pods, now=now)
-    plan.node_rows = {node.name: node for node in Node.objects.all()}
+def _load(reading: ClusterReading, now: datetime) -> SyncPlan:
+    """The rows as they are (of the nodes in scope), and what holders hold, read inside the sync's transaction."""
+    plan = SyncPlan(observed=reading.observed, pods=reading.pods, now=now)
+    nodes = Node.objects.all()
+    gpus = GPU.objects.all()
+    if reading.scope is not None:
+        nodes = nodes.filter(name__in=reading.scope)
+        # A GPU is matched by UUID wherever its row is, as in a full sync.
+        uuids = [device.uuid for node in reading.observed for device in node.gpus]
+        gpus = gpus.filter(Q(node__name__in=reading.scope) | Q(uuid__in=uuids))
+    plan.node_rows = {node.name: node for node in nodes}
     # Locked for the rest of this (short, I/O-free) transaction: reservations that update
     # GPU.allocated_* wait for us instead of being overwritten by our recomputed totals.
-    plan.gpu_rows = {gpu.uuid: gpu for gpu in GPU.objects.select_for_update().order_by("pk")}
-    for partition in Partition.objects.order_by("gpu_id", "slot"):
+    plan.gpu_rows = {gpu.uuid: gpu for gpu in gpus.select_for_update().order_by("pk")}
+    partitions = Partition.objects.order_by("gpu_id", "slot")
+    if reading.scope is not None:
+        partitions = partitions.filter(gpu_id__in=[gpu.pk for gpu in plan.gpu_rows.values()])
+    for partition in partitions:
         plan.partitions_by_gpu.setdefault(partition.gpu_id, []).append(partition)
     plan.holds = {hold.partition_id: hold for hold in partition_holder().holds()}
     plan.held_gpu_ids = {hold.gpu_id for hold in plan.holds.values()}

@@ -32,7 +32,7 @@ from tests.nodes.inventory.helpers import (
     FakeCluster,
     gpu,
     gpu_node,
-    heartbeat_only,
+    no_writes,
     partitions_of,
     pod,
     sharing_labels,
@@ -149,7 +149,7 @@ def test_a_second_sync_with_held_partitions_writes_nothing(holder):
     with CaptureQueriesContext(connection) as queries:
         report = sync_inventory(cluster)
 
-    assert heartbeat_only(writes(queries))
+    assert no_writes(writes(queries))
     assert snapshot() == before and not report.changed
 
 

@@ -13,7 +13,10 @@ from django.utils import timezone
 from nodes.models import GPU
 from nodes.summaries import (
     NodeSummary,
+    allocated_filter,
     find_best_node_for_deployment,
+    idle_filter,
+    is_allocated,
     is_idle,
     node_summaries,
 )
@@ -30,9 +33,7 @@ def gpu(utilization_pct=None, memory_used_mib=None, allocated_milli=0, allocated
     )
 
 
-@pytest.mark.parametrize(
-    ("sample", "thresholds", "idle"),
-    [
+IDLE_CASES = [
         # util 10 < 30 and 8192 MiB = 10 % < 50 %
         (gpu(10.0, 8192), (), True),
         # util 30 is not < 30
@@ -56,10 +57,26 @@ def gpu(utilization_pct=None, memory_used_mib=None, allocated_milli=0, allocated
         (gpu(40.0, 60000), (30, 80), False),
         # A GPU of unknown size (0 MiB) is judged by utilization alone.
         (gpu(10.0, 500, memory_mib=0), (), True),
-    ],
-)
+        # At the memory threshold's edge by one MiB of an odd size: 50 % of 81919 is 40959.5.
+        (gpu(0.0, 40959, memory_mib=81919), (), True),
+        (gpu(0.0, 40960, memory_mib=81919), (), False),
+]
+
+
+@pytest.mark.parametrize(("sample", "thresholds", "idle"), IDLE_CASES)
 def test_is_idle_follows_the_seed_004_rule(sample, thresholds, idle):
     assert is_idle(sample, *thresholds) is idle
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("sample", "thresholds", "idle"), IDLE_CASES)
+def test_the_sql_filters_count_what_is_idle_and_is_allocated_count(sample, thresholds, idle):
+    node = make_node("n1", gpu_count=0)
+    sample.node = node
+    sample.save()
+
+    assert GPU.objects.filter(idle_filter(*thresholds)).exists() is idle
+    assert GPU.objects.filter(allocated_filter()).exists() is is_allocated(sample)
 
 
 def test_is_idle_reads_its_default_thresholds_from_settings(settings):

@@ -15,7 +15,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from nodes.cluster.base import ClusterError, ClusterNode, ClusterPDB, ClusterPod, NotFound, WorkloadSpec
+from nodes.cluster.base import (
+    Changes,
+    ClusterError,
+    ClusterNode,
+    ClusterPDB,
+    ClusterPod,
+    Listing,
+    NotFound,
+    WorkloadSpec,
+)
 from nodes.cluster.parsing import parse_node, parse_pdb, parse_pod
 from nodes.cluster.sim import (
     device_plugin,
@@ -25,10 +34,12 @@ from nodes.cluster.sim import (
     mig_manager,
     replica_sets,
     scheduling,
+    versions,
     workloads,
 )
 from nodes.cluster.sim.objects import REMOVED_DELETED, find_node, remove_pod
 from nodes.cluster.sim.store import State, StateFile
+from nodes.cluster.watch_events import node_changes, pod_changes
 from nodes.contract import LABEL_MIG_CONFIG
 
 T = TypeVar("T")
@@ -75,18 +86,36 @@ class SimulatedCluster:
 
     # --- ClusterBackend ------------------------------------------------------------------------
 
+    @property
+    def cluster_key(self) -> str:  # which cluster an inventory's resourceVersions belong to
+        return f"sim:{self.state_file.path.resolve()}"
+
     def list_nodes(self) -> list[ClusterNode]:
         """Every node, by name, parsed as a real cluster's Node JSON is."""
-        return self._operate("list_nodes", lambda s, now: [parse_node(s["nodes"].peek(n)) for n in sorted(s["nodes"])])
+        return self.list_nodes_versioned().items
+
+    def list_nodes_versioned(self) -> Listing[ClusterNode]:
+        return self._operate("list_nodes", lambda s, now: Listing(
+            [parse_node(s["nodes"].peek(n)) for n in sorted(s["nodes"])], versions.list_version(s)))
 
     def list_gpu_pods(self) -> list[ClusterPod]:
         """Pods (all namespaces) that request an nvidia.com/gpu or nvidia.com/mig-* resource."""
+        return self.list_gpu_pods_versioned().items
 
-        def action(state: State, now: float) -> list[ClusterPod]:
-            pods = (parse_pod(state["pods"].peek(key)) for key in sorted(state["pods"]))
-            return [pod for pod in pods if pod is not None]
+    def list_gpu_pods_versioned(self) -> Listing[ClusterPod]:
+        return self._operate("list_gpu_pods", lambda s, now: Listing(
+            [pod for pod in (parse_pod(s["pods"].peek(k)) for k in sorted(s["pods"])) if pod is not None],
+            versions.list_version(s)))
 
-        return self._operate("list_gpu_pods", action)
+    # A watch answers at once with what the store has (`versions.watch`); reading nodes or pods,
+    # by list or watch, is one operation for injected faults, as one API server serves both.
+    def watch_nodes(self, resource_version: str, timeout_s: float) -> Changes[ClusterNode]:
+        return self._operate("list_nodes", lambda s, now: node_changes(
+            versions.watch(self.state_file, s, "Node", resource_version), resource_version, "watch nodes"))
+
+    def watch_gpu_pods(self, resource_version: str, timeout_s: float) -> Changes[ClusterPod]:
+        return self._operate("list_gpu_pods", lambda s, now: pod_changes(
+            versions.watch(self.state_file, s, "Pod", resource_version), resource_version, "watch pods"))
 
     def set_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
         """Merge labels; a None value removes the label.
@@ -197,10 +226,8 @@ class SimulatedCluster:
         taints: list[dict[str, Any]] | None = None,
     ) -> None:
         """Add a Ready GPU node as GFD and the device plugin would publish it (`fixtures.add_gpu_node`).
-
-        Raises ClusterError when the node exists (or a config label names a config the plugin
-        cannot run), ValueError when `gpu_count` < 1.
-        """
+        ClusterError when the node exists (or a config label names a config the plugin cannot run),
+        ValueError when `gpu_count` < 1."""
         if gpu_count < 1:
             raise ValueError(f"a GPU node has at least one GPU, not {gpu_count}")
         with self._transaction() as state:
@@ -211,9 +238,8 @@ class SimulatedCluster:
             )
 
     def add_gpu_nodes(self, nodes: list[dict[str, Any]]) -> None:
-        """Add many GPU nodes in one transaction: `add_gpu_node`'s keyword arguments per node (with
-        `name`), all or none. One read and one write of the state, whatever the count (a fleet of
-        thousands would otherwise rewrite the whole state once per node)."""
+        """Add many GPU nodes in one transaction, all or none: `add_gpu_node`'s keyword arguments per
+        node (with `name`)."""
         for node in nodes:
             if node["gpu_count"] < 1:
                 raise ValueError(f"a GPU node has at least one GPU, not {node['gpu_count']}")
@@ -293,14 +319,12 @@ class SimulatedCluster:
 
     def list_pdbs(self) -> list[ClusterPDB]:
         """The stored PodDisruptionBudgets, read by the same parser as the Kubernetes backend's."""
-        return self._operate("list_pdbs", lambda s, now: [parse_pdb(s["pdbs"][k]) for k in sorted(s["pdbs"])])
+        return self._operate("list_pdbs", lambda s, now: [parse_pdb(s["pdbs"].peek(k)) for k in sorted(s["pdbs"])])
 
     def inject_fault(self, operation: str, message: str = "injected fault", times: int = 1) -> None:
         """Make the next `times` calls of the ClusterBackend method `operation` raise ClusterError(message).
-
-        Faults live in the state file, so they reach other processes; several injections for one
-        operation queue up in order. ValueError for an unknown operation or `times` < 1.
-        """
+        Faults live in the state file, so they reach other processes; injections for one operation
+        queue up in order. ValueError for an unknown operation or `times` < 1."""
         faults.check_fault(operation, times)
         with self._transaction() as state:
             faults.queue_fault(state, operation, message, times)
@@ -332,10 +356,9 @@ class SimulatedCluster:
             return [copy.deepcopy(objects.peek(key)) for key in sorted(objects)]
 
     def events(self) -> list[dict[str, Any]]:
-        """The latest simulator events (oldest first, at most `objects.MAX_EVENTS`): MIG results,
-        plugin restarts, failed pods, and every pod that left, its reason saying how (one of
-        `objects.REMOVAL_REASONS`: Evicted, Deleted, SuccessfulDelete, GarbageCollected) and its
-        `ready` field whether it was Ready then."""
+        """The latest simulator events (oldest first, at most `objects.MAX_EVENTS`): MIG results, plugin
+        restarts, failed pods, and every pod that left, its reason saying how (`objects.REMOVAL_REASONS`)
+        and its `ready` field whether it was Ready then."""
         with self._transaction() as state:
             return copy.deepcopy(dict.__getitem__(state, "events"))
 

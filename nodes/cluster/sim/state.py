@@ -82,6 +82,8 @@ class State(dict[str, Any]):
         super().__init__()
         self.touched: set[str] = set()
         self.indexes = Indexes()
+        # The store's version this transaction started from: what a list is "as of".
+        self.version_seen = 0
         dict.__setitem__(self, "version", STATE_VERSION)
         for name in TOP_COLLECTIONS:
             dict.__setitem__(self, name, Collection(name))

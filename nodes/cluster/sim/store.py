@@ -164,7 +164,21 @@ class StateFile:
             ).fetchall()
             _apply_rows(replica, rows)
             replica.seen = int(meta["version"])
+        replica.state.version_seen = replica.seen
         return replica
+
+    def written_since(self, collection: str, version: int) -> list[tuple[str, int, bool]] | None:
+        """(key, version, deleted) of each object of `collection` last written after `version`, oldest
+        first, as committed; None when deletions that old are no longer kept. Inside `transaction` only."""
+        connection = _connections[(self._key, os.getpid())][0]
+        purged = connection.execute("SELECT value FROM meta WHERE name = 'purged'").fetchone()
+        if purged is not None and version < int(purged[0]):
+            return None
+        rows = connection.execute(
+            "SELECT key, version, body IS NULL FROM objects WHERE coll = ? AND version > ? ORDER BY version",
+            (collection, version),
+        )
+        return [(key, row_version, bool(deleted)) for key, row_version, deleted in rows]
 
     def _convert_json_file(self) -> None:
         """Replace a JSON state file (this simulator's earlier format) by the same state as a database."""

@@ -148,7 +148,7 @@ def gpu(node: str, index: int) -> GPU:
 
 
 def snapshot() -> dict[str, list[dict]]:
-    """Every inventory row's fields, but Node.last_seen: the heartbeat moves on every sync."""
+    """Every inventory row's fields, but Node.last_seen (when the sync last wrote the node)."""
     return {
         "nodes": [{k: v for k, v in row.items() if k != "last_seen"} for row in Node.objects.order_by("pk").values()],
         "gpus": list(GPU.objects.order_by("pk").values()),
@@ -160,9 +160,9 @@ def writes(queries: CaptureQueriesContext) -> list[str]:
     return [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
 
 
-def heartbeat_only(sql: list[str]) -> bool:
-    """The writes of a sync that changed nothing: the one bulk UPDATE of the seen nodes' last_seen."""
-    return len(sql) == 1 and sql[0].lstrip().upper().startswith("UPDATE") and "last_seen" in sql[0]
+def no_writes(sql: list[str]) -> bool:
+    """The writes of a sync that changed nothing: none (unchanged nodes are not even touched)."""
+    return sql == []
 
 
 def every_mode_cluster() -> FakeCluster:

@@ -1,5 +1,5 @@
-"""Inventory sync, idempotence: a sync of an unchanged cluster writes nothing but the heartbeat
-(one UPDATE of every seen node's last_seen).
+"""Inventory sync, idempotence: a sync of an unchanged cluster writes nothing, whether it reads the
+whole cluster (a backend without watch, a relist) or only what changed (a watch).
 
 Most tests drive the sync with FakeCluster (tests/nodes/inventory/helpers.py), a backend that just
 returns the value objects it was given, so each rule is tested without the simulator in the way.
@@ -22,7 +22,7 @@ from tests.nodes.inventory.helpers import (
     FakeCluster,
     every_mode_cluster,
     gpu_node,
-    heartbeat_only,
+    no_writes,
     partitions_of,
     placement_on,
     snapshot,
@@ -41,7 +41,7 @@ def test_inventory_sync_run_twice_leaves_the_database_unchanged_the_second_time(
     with CaptureQueriesContext(connection) as queries:
         second = sync_inventory(cluster)
 
-    assert heartbeat_only(writes(queries))
+    assert no_writes(writes(queries))
     assert snapshot() == before
     assert not second.changed
     assert second.heartbeats == Node.objects.count()
@@ -58,24 +58,26 @@ def test_a_steady_cluster_with_placements_stays_write_free():
     with CaptureQueriesContext(connection) as queries:
         sync_inventory(cluster)
 
-    assert heartbeat_only(writes(queries))
+    assert no_writes(writes(queries))
     assert snapshot() == before
 
 
 @pytest.mark.django_db
-def test_every_sync_that_sees_a_node_refreshes_its_last_seen_in_one_update():
+def test_an_unchanged_node_is_not_written_and_a_changed_one_moves_its_last_seen():
     cluster = FakeCluster([gpu_node("h1"), gpu_node("h2"), gpu_node("h3")])
     sync_inventory(cluster)
-    recent = timezone.now() - timedelta(seconds=30)  # seen one sync ago: healthy, unchanged
-    Node.objects.update(last_seen=recent)
+    earlier = timezone.now() - timedelta(seconds=30)
+    Node.objects.update(last_seen=earlier)
+    cluster.nodes[1] = gpu_node("h2", unschedulable=True)
 
     with CaptureQueriesContext(connection) as queries:
         report = sync_inventory(cluster)
 
-    assert report.heartbeats == 3
-    assert not report.changed
-    assert all(seen > recent for seen in Node.objects.values_list("last_seen", flat=True))
-    assert heartbeat_only(writes(queries))  # one UPDATE for the three nodes, not a save each
+    assert report.heartbeats == 2 and report.updated["nodes"] == 1
+    seen = dict(Node.objects.values_list("name", "last_seen"))
+    assert seen["h1"] == seen["h3"] == earlier  # not written: no heartbeat UPDATE per sync
+    assert seen["h2"] > earlier
+    assert len(writes(queries)) == 2  # the node's UPDATE and the audit event's INSERT
 
 
 @pytest.mark.django_db
@@ -87,6 +89,6 @@ def test_inventory_sync_run_twice_on_the_demo_cluster_leaves_the_database_unchan
     with CaptureQueriesContext(connection) as queries:
         second = sync_inventory(get_cluster())  # a fresh backend reading the same state file
 
-    assert heartbeat_only(writes(queries))
+    assert no_writes(writes(queries))
     assert snapshot() == before
     assert not second.changed and second.unplaced_pods == [] and second.unknown_products == []

@@ -183,6 +183,8 @@ class FakeCluster:
     # --- the API server -------------------------------------------------------------------
 
     def _answer(self, request: RecordedRequest) -> Reply:
+        if request.param("watch") == "true":  # no history kept: every version is too old, so clients relist
+            return Reply(410, k8s.status_error(410, "Expired", "too old resource version"))
         for method, pattern, handler in self._routes:
             match = pattern.fullmatch(request.path)
             if method == request.method and match:
@@ -194,7 +196,7 @@ class FakeCluster:
         return Reply(404, k8s.status_error(404, "NotFound", "the server could not find the requested resource"))
 
     def _list_nodes(self, request: RecordedRequest) -> Reply:
-        return Reply(200, k8s.list_object("Node", [copy.deepcopy(self.nodes[n]) for n in sorted(self.nodes)]))
+        return Reply(200, k8s.list_object("Node", [_unversioned(self.nodes[n]) for n in sorted(self.nodes)]))
 
     def _patch_node(self, request: RecordedRequest, name: str) -> Reply:
         node = self.nodes.get(name)
@@ -217,7 +219,7 @@ class FakeCluster:
 
     def _list_pods(self, request: RecordedRequest, ns: str | None = None) -> Reply:
         selected = [
-            copy.deepcopy(pod) for key, pod in sorted(self.pods.items())
+            _unversioned(pod) for key, pod in sorted(self.pods.items())
             if (ns is None or pod["metadata"]["namespace"] == ns)
             and _labels_match(pod, request.param("labelSelector"))
             and _fields_match(pod, request.param("fieldSelector"))
@@ -331,3 +333,11 @@ def _fields_match(pod: dict[str, Any], selector: str | None) -> bool:
         elif term:
             raise ValueError(f"field selector {term!r} is not one the fake understands")
     return True
+
+
+def _unversioned(obj: dict[str, Any]) -> dict[str, Any]:
+    """A copy without metadata.resourceVersion: this fake does not move versions when it writes, so
+    it shows none, and a client must take every object it lists as possibly changed."""
+    obj = copy.deepcopy(obj)
+    obj["metadata"].pop("resourceVersion", None)
+    return obj
