@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from bench.trace_profiles import PROFILE_POLICIES, ProfileReplayer, typical_share_pods  # noqa: E402
-from scheduler.core.fragmentation import ClassTable, typical_pods  # noqa: E402
+from scheduler.core.fragmentation import typical_pods  # noqa: E402
 from scheduler.core.packing import PackingCluster, PackNode, PackPod  # noqa: E402
-from scheduler.core.packing_policies import POLICIES, choose  # noqa: E402
+from scheduler.core.packing_policies import POLICIES, choose, class_table  # noqa: E402
 
 NODE_LIST = "openb_node_list_gpu_node.csv"  # looked for next to the pod list by default
 ARRIVED_LIMIT = 1.3
@@ -72,8 +72,8 @@ def replay(nodes: list[PackNode], pods: list[PackPod], policy: str, seed: int,
         return _replay_profile(shuffled, pods, policy, seed, rng)
     cluster = PackingCluster(shuffled)
     capacity = cluster.gpu_capacity_milli
-    cluster.track(ClassTable.build(
-        typical_pods((p.cpu_milli, p.gpu_milli, p.gpu_count, p.gpu_models) for p in pods), list(cluster.models)))
+    cluster.track(class_table(
+        policy, typical_pods((p.cpu_milli, p.gpu_milli, p.gpu_count, p.gpu_models) for p in pods), list(cluster.models)))
     arrived = allocated = 0
     records: list[tuple[float, float]] = []
     elapsed = 0.0

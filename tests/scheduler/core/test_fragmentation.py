@@ -10,9 +10,9 @@ HALF = PodClass(cpu_milli=1000, gpu_milli=500, gpu_count=1, weight=0.5)
 WHOLE = PodClass(cpu_milli=1000, gpu_milli=1000, gpu_count=1, weight=0.5)
 
 
-def _frag(classes, left, cpu, models=None):
+def _frag(classes, left, cpu, models=None, cpu_bounded=False):
     left = np.array(left, dtype=np.int64)
-    table = ClassTable.build(classes, models or ["T4"] * len(left))
+    table = ClassTable.build(classes, models or ["T4"] * len(left), cpu_bounded=cpu_bounded)
     return table.node_fragmentation(left, np.array(cpu, dtype=np.int64), np.arange(len(left)))
 
 
@@ -35,6 +35,18 @@ def test_cpu_only_classes_count_all_idle_gpu_and_models_gate_access():
     assert _frag([v100], [[1000], [1000]], [8000, 8000], models=["T4", "V100M16"]).tolist() == [1000.0, 0.0]
 
 
+def test_the_cpu_bounded_measure_counts_gpus_the_cpu_left_cannot_feed():
+    whole = PodClass(cpu_milli=4000, gpu_milli=1000, gpu_count=1, weight=1.0)
+    # 4 free GPUs and CPU for 1 pod: FGD sees no fragment (one pod fits), the bounded measure
+    # counts the 3 GPUs that CPU cannot feed; CPU for 2.5 pods leaves 1.5 GPUs' milli stranded.
+    assert _frag([whole], [[1000] * 4], [4000]).tolist() == [0.0]
+    assert _frag([whole], [[1000] * 4], [4000], cpu_bounded=True).tolist() == [3000.0]
+    assert _frag([whole], [[1000] * 4], [10000], cpu_bounded=True).tolist() == [1500.0]
+    # CPU for all GPUs' pods, or too little for one: both measures agree.
+    assert _frag([whole], [[1000] * 4], [16000], cpu_bounded=True).tolist() == [0.0]
+    assert _frag([whole], [[1000] * 4], [3000], cpu_bounded=True).tolist() == [4000.0]
+
+
 def test_cluster_fragmentation_is_the_sum_over_nodes():
     table = ClassTable.build([HALF, WHOLE], ["T4", "T4"])
     left = np.array([[1000, 300], [600, 300]])
@@ -48,7 +60,8 @@ def test_typical_pods_take_the_most_frequent_classes_until_the_coverage():
     assert len(typical_pods(pods, coverage=1.0)) == 3
 
 
-def test_the_tracker_matches_a_full_measurement_after_any_placement():
+@pytest.mark.parametrize("cpu_bounded", [False, True])
+def test_the_tracker_matches_a_full_measurement_after_any_placement(cpu_bounded):
     rng = np.random.default_rng(3)
     classes = [PodClass(int(c), int(m), 1 if m < 1000 else int(n), weight=float(w))
                for c, m, n, w in zip(rng.integers(0, 9000, 12), rng.choice([0, 100, 250, 500, 1000], 12),
@@ -58,7 +71,7 @@ def test_the_tracker_matches_a_full_measurement_after_any_placement():
     left = rng.choice([0, 150, 300, 500, 700, 1000], size=(40, 4)).astype(np.int64)
     cpu = rng.integers(0, 16000, 40)
     models = list(rng.choice(["T4", "P100"], 40))
-    table = ClassTable.build(classes, models)
+    table = ClassTable.build(classes, models, cpu_bounded=cpu_bounded)
     tracker = FragmentationTracker(table, left, cpu)
     rows = np.arange(40)
     np.testing.assert_allclose(tracker.frag, table.node_fragmentation(left, cpu, rows))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.core.fragmentation import ClassTable, PodClass
+from scheduler.core.fragmentation import PodClass
 from scheduler.core.packing import (
     PackingCluster,
     PackNode,
@@ -15,15 +15,15 @@ from scheduler.core.packing import (
     sigmoid_score,
     worst_fit_scores,
 )
-from scheduler.core.packing_policies import POLICIES, choose
+from scheduler.core.packing_policies import POLICIES, Choice, choose, class_table
 
 HALF_POD = PackPod(cpu_milli=1000, memory_mib=1024, gpu_milli=500, gpu_count=1)
 HALF_CLASS = (PodClass(0, 500, 1),)
 
 
-def _cluster(*nodes: PackNode, classes=HALF_CLASS) -> PackingCluster:
+def _cluster(*nodes: PackNode, classes=HALF_CLASS, policy: str = "fgd") -> PackingCluster:
     cluster = PackingCluster(nodes)
-    cluster.track(ClassTable.build(list(classes), list(cluster.models)))
+    cluster.track(class_table(policy, list(classes), list(cluster.models)))
     return cluster
 
 
@@ -59,7 +59,6 @@ def test_fgd_avoids_the_placement_that_fragments_where_best_fit_takes_it():
     scores, gpus = fgd_scores(cluster, HALF_POD, np.array([0, 1]))
     assert scores.tolist() == [50, 47] and gpus.tolist() == [0, 0]
     assert choose("fgd", cluster, HALF_POD).row == 0
-    assert choose("gpuplane", cluster, HALF_POD).row == 0
     assert choose("bestfit", cluster, HALF_POD).row == 1
 
 
@@ -68,17 +67,52 @@ def test_a_sharing_pod_takes_the_gpu_it_scores_best_on():
     cluster.place(0, PackPod(0, 0, 400, 1), [0])  # GPU 0: 600 left (-> 100 fragments), GPUs 1, 2: 1000
     cluster.place(0, PackPod(0, 0, 500, 1), [2])  # GPU 2: 500 left (-> 0, nothing to fragment)
     # FGD: GPU 1 -> 500 left, delta 0 (50); GPU 2 -> 0 left, delta 0 (50); GPU 0 -> 47.
-    # FGD keeps the first of equal scores (GPU 1); gpuplane the tightest of them (GPU 2).
+    # FGD keeps the first of equal scores (GPU 1); BestFit the tightest GPU (GPU 2).
     assert choose("fgd", cluster, HALF_POD).gpus == [1]
-    assert choose("gpuplane", cluster, HALF_POD).gpus == [2]
     assert choose("bestfit", cluster, HALF_POD).gpus == [2]
 
 
+WHOLE_CLASS = (PodClass(4000, 1000, 1),)
+
+
+def test_gpuplane_keeps_cpu_where_free_gpus_need_it_and_fgd_does_not():
+    # Typical pod: 1 GPU + 4000 CPU. "balanced" (first in row order) has CPU for exactly its 2
+    # GPUs' pods, "cpu-rich" for 4 pods. A 4000-CPU CPU-only pod on "balanced" still leaves one
+    # typical pod room, so FGD scores both nodes 50 and takes the first; gpuplane counts the GPU
+    # that CPU can no longer feed (1000 milli: score 26) and takes "cpu-rich" (still 50).
+    nodes = (PackNode("balanced", 8000, 10**6, 2, "T4"), PackNode("cpu-rich", 16000, 10**6, 2, "T4"))
+    cpu_only = PackPod(4000, 1024, 0, 0)
+    assert choose("fgd", _cluster(*nodes, classes=WHOLE_CLASS), cpu_only) == Choice(0, [])
+    gpuplane = _cluster(*nodes, classes=WHOLE_CLASS, policy="gpuplane")
+    assert fgd_scores(gpuplane, cpu_only, np.array([0, 1]))[0].tolist() == [26, 50]
+    assert choose("gpuplane", gpuplane, cpu_only) == Choice(1, [])
+
+
+def test_gpuplane_sends_a_cpu_light_gpu_pod_where_cpu_is_short():
+    # Typical pod: 1 GPU + 4000 CPU. "balanced" (first) has CPU for its 2 GPUs' pods; "cpu-poor"
+    # has 4 GPUs but CPU for 3 pods. A 1-GPU pod asking only 2000 CPU leaves one typical pod
+    # room on either, so FGD ties (50, 50) and takes "balanced". gpuplane sees "cpu-poor" go
+    # from 1000 stranded milli to 500 (delta +500: 62) and sends the CPU-light pod there.
+    nodes = (PackNode("balanced", 8000, 10**6, 2, "T4"), PackNode("cpu-poor", 12000, 10**6, 4, "T4"))
+    light = PackPod(2000, 1024, 1000, 1)
+    fgd = _cluster(*nodes, classes=WHOLE_CLASS)
+    assert fgd_scores(fgd, light, np.array([0, 1]))[0].tolist() == [50, 50]
+    assert choose("fgd", fgd, light) == Choice(0, [0])
+    gpuplane = _cluster(*nodes, classes=WHOLE_CLASS, policy="gpuplane")
+    assert fgd_scores(gpuplane, light, np.array([0, 1]))[0].tolist() == [50, 62]
+    assert choose("gpuplane", gpuplane, light) == Choice(1, [0])
+
+
+def test_gpuplane_needs_the_cpu_bounded_table():
+    with pytest.raises(ValueError, match="CPU-bounded"):
+        choose("gpuplane", _cluster(PackNode("n", 8000, 4096, 1)), HALF_POD)
+
+
 def test_whole_gpu_pods_take_the_lowest_free_gpus_and_ties_go_to_the_first_row():
-    cluster = _cluster(PackNode("a", 8000, 10**6, 4, "G2"), PackNode("b", 8000, 10**6, 4, "G2"))
-    cluster.place(0, PackPod(0, 0, 1000, 1), [1])
     pod = PackPod(1000, 0, 1000, 2)
     for policy in ("bestfit", "fgd", "gpuplane"):
+        cluster = _cluster(PackNode("a", 8000, 10**6, 4, "G2"), PackNode("b", 8000, 10**6, 4, "G2"), policy=policy)
+        cluster.place(0, PackPod(0, 0, 1000, 1), [1])
         choice = choose(policy, cluster, pod)
         assert choice is not None
         assert (choice.row, choice.gpus) == (0, [0, 2]), policy
@@ -98,7 +132,8 @@ def test_every_policy_places_only_where_the_pod_fits(policy):
     rng = np.random.default_rng(1)
     nodes = [PackNode(f"n{i}", int(rng.integers(4, 33)) * 1000, 65536, int(rng.choice([1, 2, 4, 8])),
                       str(rng.choice(["T4", "G2"]))) for i in range(12)]
-    cluster = _cluster(*nodes, classes=(PodClass(2000, 500, 1, weight=0.6), PodClass(4000, 1000, 2, weight=0.4)))
+    cluster = _cluster(*nodes, classes=(PodClass(2000, 500, 1, weight=0.6), PodClass(4000, 1000, 2, weight=0.4)),
+                       policy=policy)
     for _ in range(60):
         pod = PackPod(int(rng.integers(0, 8)) * 1000, 4096, int(rng.choice([0, 250, 500, 1000])), 1)
         if pod.gpu_milli == 1000:
