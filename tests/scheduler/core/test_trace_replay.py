@@ -8,6 +8,17 @@ import numpy as np
 import pytest
 
 from bench import trace_replay
+from nodes.catalog import CATALOG
+
+
+@pytest.fixture(autouse=True)
+def _catalog_restored():
+    # Profile replays register stand-ins for the trace's GPU models (bench/trace_profiles.py);
+    # they must not leak into later tests, which check the catalog is exactly DESIGN.md's.
+    before = dict(CATALOG)
+    yield
+    CATALOG.clear()
+    CATALOG.update(before)
 
 
 @pytest.fixture
