@@ -18,7 +18,6 @@ is an audit event on the plan.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,9 +33,9 @@ from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError
 from scheduler.models import Placement
 from scheduler.services.errors import DeployFailed, NoCapacity
-from scheduler.services.placing import next_replica_index, place_replicas, release_replica
+from scheduler.services.placing import next_replica_index
 from scheduler.services.releasing import ACTIVE_PLACEMENT
-from scheduler.services.spec import spec_of
+from scheduler.services.replacing import Finish, finish_replacement, place_replacement
 
 ACTOR = "consolidation"
 REPLACEMENT_PLACED = "consolidationplan.replacement_placed"
@@ -119,33 +118,29 @@ def _advance_move(plan: ConsolidationPlan, move: dict[str, Any], entry: dict[str
         if "index" not in entry:  # persisted before placing: a tick that dies after adopts it
             entry["index"] = next_replica_index(deployment)
             _save(plan)
-        replacement = deployment.placements.filter(replica_index=entry["index"], status__in=ACTIVE_PLACEMENT).first()
-        if replacement is None:
-            spec = replace(spec_of(deployment), allow_default_scheduler=False)  # the point is this very node
-            try:
-                replacement = place_replicas(deployment, [entry["index"]], spec=spec, user=ACTOR, cluster=cluster,
-                                             nodes=[move["to_node"]])[0]
-            except (NoCapacity, DeployFailed, ValueError) as error:
-                _fail(plan, entry, f"{move['workload']} does not fit {move['to_node']} now: {error}")
-                return 0
+        try:
+            replacement = place_replacement(deployment, entry["index"], cluster=cluster, user=ACTOR,
+                                            node=move["to_node"])
+        except (NoCapacity, DeployFailed, ValueError) as error:
+            _fail(plan, entry, f"{move['workload']} does not fit {move['to_node']} now: {error}")
+            return 0
         entry["new"] = replacement.pk
         _save(plan)
         record(REPLACEMENT_PLACED, plan, actor=ACTOR,
                reason=f"{move['workload']}: replacement (replica {replacement.replica_index}) placed on {move['to_node']}",
                after={"original_placement": original.pk, "new_placement": replacement.pk})
-    new = Placement.objects.get(pk=entry["new"])
-    if new.status not in ACTIVE_PLACEMENT:
+    new = Placement.objects.select_related("deployment").get(pk=entry["new"])
+    finish = finish_replacement(original, new, cluster=cluster, user=ACTOR, timed_out=timed_out,
+                                moved_reason=f"moved to {move['to_node']} by consolidation plan {plan.pk}",
+                                not_ready_reason=f"not ready on {move['to_node']} in time; the original stays")
+    if finish == Finish.NOT_STARTED:
         _fail(plan, entry, f"{move['workload']}: its replacement on {move['to_node']} did not start ({new.status})")
         return 0
-    if not (new.workload_name and cluster.workload_ready(deployment.namespace, new.workload_name)):
-        if not timed_out:
-            return 1
-        release_replica(deployment, new.replica_index, user=ACTOR, cluster=cluster,
-                        reason=f"not ready on {move['to_node']} in time; the original stays")
+    if finish == Finish.NOT_READY_IN_TIME:
         _fail(plan, entry, f"{move['workload']}: its replacement was not ready in time")
         return 0
-    release_replica(deployment, original.replica_index, user=ACTOR, cluster=cluster,
-                    reason=f"moved to {move['to_node']} by consolidation plan {plan.pk}")
+    if finish == Finish.WAITING:
+        return 1
     entry["state"] = "done"
     _save(plan)
     record(MOVE_DONE, plan, actor=ACTOR,

@@ -22,7 +22,6 @@ Progress kept in ``RolloutNode.progress``: ``homes`` (copy -> its replica back h
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -35,8 +34,7 @@ from rollouts.state import move_node
 from rollouts.steps import ACTIVE_PLACEMENTS, ACTOR, note_waiting, replica_index_for, save_progress
 from scheduler.models import Placement
 from scheduler.services.errors import DeployFailed, NoCapacity
-from scheduler.services.placing import place_replicas, release_replica
-from scheduler.services.spec import spec_of
+from scheduler.services.replacing import Finish, finish_replacement, place_replacement
 
 REPLICA_PLACED_BACK = "rolloutnode.replica_placed_back"
 REPLICA_MOVED_BACK = "rolloutnode.replica_moved_back"
@@ -81,16 +79,11 @@ def _place_homes(step: RolloutNode, cluster: ClusterBackend, timed_out: bool) ->
             _stay(step, stays, copy, f"{deployment} not moved back within {settings.ROLLOUT_STEP_TIMEOUT_S} s")
             continue
         index = replica_index_for(step, copy)
-        home = deployment.placements.filter(replica_index=index, status__in=ACTIVE_PLACEMENTS).first()
-        if home is None:  # else placed by a tick that died before noting it: adopt it
-            # Never handed to the default scheduler: the point is this very node.
-            spec = replace(spec_of(deployment), allow_default_scheduler=False)
-            try:
-                home = place_replicas(deployment, [index], spec=spec, user=ACTOR, cluster=cluster,
-                                      nodes=[step.node_name])[0]
-            except (NoCapacity, DeployFailed, ValueError) as error:
-                _stay(step, stays, copy, f"{deployment} does not fit {step.node_name} now: {error}")
-                continue
+        try:  # adopts the replica a tick that died placed before noting it
+            home = place_replacement(deployment, index, cluster=cluster, user=ACTOR, node=step.node_name)
+        except (NoCapacity, DeployFailed, ValueError) as error:
+            _stay(step, stays, copy, f"{deployment} does not fit {step.node_name} now: {error}")
+            continue
         homes[key] = home.pk
         save_progress(step, homes=homes)
         record(REPLICA_PLACED_BACK, step, actor=ACTOR,
@@ -111,21 +104,20 @@ def _release_copies(step: RolloutNode, cluster: ClusterBackend, timed_out: bool)
         home = Placement.objects.select_related("deployment").get(pk=home_pk)
         copy = Placement.objects.select_related("deployment").get(pk=int(key))
         deployment = home.deployment
-        if home.status not in ACTIVE_PLACEMENTS:
+        # The copy keeps serving until its replica here is ready; one never ready here goes.
+        finish = finish_replacement(copy, home, cluster=cluster, user=ACTOR, timed_out=timed_out,
+                                    moved_reason=f"moved back onto {step.node_name} for rollout {step.rollout_id}",
+                                    not_ready_reason=f"not ready on {step.node_name} in time; "
+                                                     "the copy elsewhere stays")
+        if finish == Finish.NOT_STARTED:
             _stay(step, stays, copy, f"{deployment}: its replica placed back here did not start ({home.status})")
             continue
-        if not (home.workload_name and cluster.workload_ready(deployment.namespace, home.workload_name)):
-            if timed_out:
-                # The copy keeps serving; the replica that never became ready here goes.
-                release_replica(deployment, home.replica_index, user=ACTOR, cluster=cluster,
-                                reason=f"not ready on {step.node_name} in time; the copy elsewhere stays")
-                _stay(step, stays, copy, f"{deployment}: its replica here was not ready in time")
-            else:
-                waiting += 1
+        if finish == Finish.NOT_READY_IN_TIME:
+            _stay(step, stays, copy, f"{deployment}: its replica here was not ready in time")
             continue
-        if copy.status in ACTIVE_PLACEMENTS:
-            release_replica(copy.deployment, copy.replica_index, user=ACTOR, cluster=cluster,
-                            reason=f"moved back onto {step.node_name} for rollout {step.rollout_id}")
+        if finish == Finish.WAITING:
+            waiting += 1
+            continue
         back.append(key)
         save_progress(step, back=back)
         record(REPLICA_MOVED_BACK, step, actor=ACTOR,

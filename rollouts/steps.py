@@ -55,10 +55,10 @@ from rollouts.drain_blockers import drain_blockers, drained_pods, skip_reason
 from rollouts.models import RollingUpdate, RolloutNode
 from rollouts.restoring import ACTIVE_PLACEMENTS, ACTOR, fail_node, skip_node, want_config
 from rollouts.state import IN_FLIGHT, move_node
-from scheduler.choices import PlacementStatus
-from scheduler.models import Deployment, Placement
+from scheduler.models import Placement
 from scheduler.services.errors import NoCapacity
-from scheduler.services.placing import next_replica_index, place_replicas, release_replica
+from scheduler.services.placing import next_replica_index, release_replica
+from scheduler.services.replacing import give_back_half_placed, index_spent, is_ready, place_replacement
 
 __all__ = ["ACTOR", "IN_FLIGHT", "advance_node", "cordon_batch", "fail_node", "rolling_back", "skip_node"]
 
@@ -143,23 +143,22 @@ def _prewarm(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
             continue
         deployment = old.deployment
         index = replica_index_for(step, old)
-        if _release_half_placed(deployment, index, cluster):
+        if give_back_half_placed(deployment, index, cluster=cluster, user=ACTOR,
+                                 reason="reserved by a rollout step that died before its workload was created"):
             index = replica_index_for(step, old)  # that index is spent now: a fresh one
-        new = deployment.placements.filter(replica_index=index, status__in=ACTIVE_PLACEMENTS).first()
-        if new is None:  # else placed by a run that died before it could note it: adopt it
-            try:
-                new = place_replicas(deployment, [index], user=ACTOR, cluster=cluster)[0]
-            except NoCapacity as error:
-                # Capacity may free up: wait, within the step's timeout.
-                note_waiting(step, f"waiting for room to pre-warm {deployment}: {error}")
-                return
+        try:  # adopts the copy a run that died placed before it could note it
+            new = place_replacement(deployment, index, cluster=cluster, user=ACTOR)
+        except NoCapacity as error:
+            # Capacity may free up: wait, within the step's timeout.
+            note_waiting(step, f"waiting for room to pre-warm {deployment}: {error}")
+            return
         prewarmed[str(old.pk)] = new.pk
         save_progress(step, prewarmed=prewarmed)
         record(REPLICA_PREWARMED, step, actor=ACTOR,
                reason=f"{deployment} replica {new.replica_index} placed on {new.node.name if new.node else '?'}",
                after={"old_placement": old.pk, "new_placement": new.pk})
     waiting = [p for p in Placement.objects.filter(pk__in=prewarmed.values()).select_related("deployment")
-               if not (p.workload_name and cluster.workload_ready(p.deployment.namespace, p.workload_name))]
+               if not is_ready(p, cluster)]
     if waiting:
         note_waiting(step, f"waiting for {len(waiting)} pre-warmed replica(s) to become ready")
         return
@@ -285,24 +284,12 @@ def replica_index_for(step: RolloutNode, old: Placement) -> int:
     a run that dies between placing and noting the copy finds it again instead of placing another."""
     intents: dict[str, int] = dict(step.progress.get("intents", {}))
     index = intents.get(str(old.pk))
-    if index is None or old.deployment.placements.filter(replica_index=index).exclude(
-            status__in=ACTIVE_PLACEMENTS).exists():
+    if index is None or index_spent(old.deployment, index):
         # None yet, or that attempt failed (its index is spent): a fresh one.
         index = next_replica_index(old.deployment)
         intents[str(old.pk)] = index
         save_progress(step, intents=intents)
     return index
-
-
-def _release_half_placed(deployment: Deployment, index: int, cluster: ClusterBackend) -> bool:
-    """Give back replica ``index`` if a run that died left it reserved: placing moves a replica
-    on from RESERVED once its workload exists, and ticks never overlap, so a reserved one seen
-    here has no workload, or one never confirmed (adopting it would wait for a pod that never
-    comes). True when it was released."""
-    if not deployment.placements.filter(replica_index=index, status=PlacementStatus.RESERVED).exists():
-        return False
-    return release_replica(deployment, index, user=ACTOR, cluster=cluster,
-                           reason="reserved by a rollout step that died before its workload was created")
 
 
 def _replicas_on(step: RolloutNode) -> list[Placement]:

@@ -5,6 +5,7 @@
 - ``capacity``: the placement lock, claiming and releasing partitions, namespace quotas;
 - ``placing``: ``place_replicas``, the one way a replica gets capacity;
 - ``releasing``: ``release_replica``, the one way a replica of a live deployment gives it back;
+- ``replacing``: moving a replica replacement first (pre-warm, move-back, consolidation);
 - ``execution``: creating, scaling and deleting workloads on the cluster;
 - ``watching``: watching placed deployments until they run, the sweeper, failing and releasing;
 - ``deploy``: the pipeline the API and the form call (``deploy``, ``delete_deployment``);
