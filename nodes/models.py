@@ -216,11 +216,14 @@ class NodeAgentToken(models.Model):
 
 class InventoryWatch(models.Model):
     """Where inventory sync's watch of one cluster stands: the resourceVersions its rows are in
-    sync with. Written only when they move, so a sync of an unchanged cluster writes nothing."""
+    sync with. Written only when they move, so a sync of an unchanged cluster writes nothing.
+    `generation` orders the moves (see nodes.inventory.watching): a process whose mirror is at a
+    lower one catches up by watching; resourceVersions themselves are compared only for equality."""
 
     cluster_key = models.CharField(max_length=512, unique=True, help_text="Which cluster, e.g. kubernetes:<API URL>")
     nodes_version = models.CharField(max_length=64, blank=True)
     pods_version = models.CharField(max_length=64, blank=True)
+    generation = models.PositiveBigIntegerField(default=0, help_text="Raised by one each time the versions move")
     synced_at = models.DateTimeField(help_text="The sync that last moved the versions")
 
     def __str__(self) -> str:

@@ -51,6 +51,7 @@ def sync_inventory(cluster: ClusterBackend | None = None, *, relist: bool = Fals
     reading = read_cluster(backend, relist=relist)
     report = SyncReport(mode=reading.mode, events=reading.events)
     if reading.nothing_to_do:
+        remember(reading)  # no query: the versions did not move (a catch-up's mirror takes the stored ones)
         return report
     now = timezone.now()
     with transaction.atomic():

@@ -4,11 +4,20 @@ On a backend that can watch (`WatchableCluster`), each process keeps a mirror of
 nodes and GPU pods with the resourceVersions they were read at, as a Kubernetes informer does.
 A sync watches from those versions and syncs only the nodes that changed, or whose pods did;
 with no events there is nothing to sync and no row is read or written. It relists, and syncs
-every node, the first time, when `relist` is asked (to repair rows changed behind its back), and
-when the database says its rows were synced at other versions than the mirror's (another process
-synced since, or the rows were rolled back or restored): the mirror then cannot tell what the rows
-lack. After 410 Gone it relists but, the rows being as the mirror says, syncs only the nodes whose
+every node, the first time and when `relist` is asked (to repair rows changed behind its back).
+After 410 Gone it relists but, the rows being as the mirror says, syncs only the nodes whose
 resourceVersions (or whose pods') differ from the mirror's.
+
+The database records the versions its rows were synced at (`InventoryWatch`) with a generation
+that each move of them raises by one, compare-and-set: a sync moves generation g only if it read
+g, and read the cluster after reading it. So a higher generation was read from the cluster later
+than the mirror was, without comparing resourceVersions (Kubernetes allows only equality). When
+another process synced since (the stored generation is higher than the mirror's), the process
+catches up by watching from its mirror's versions: every object changed since the rows' versions
+changed since the mirror's too, so syncing the nodes of those events (compared, written only where
+they differ) leaves the rows right. A lower generation, or the same one at other versions, means
+the rows were rolled back or restored (or the record deleted): the mirror cannot tell what they
+lack, and the sync relists.
 """
 from __future__ import annotations
 
@@ -40,6 +49,7 @@ class ClusterMirror:
     pods: dict[str, ClusterPod]  # by "namespace/name"
     nodes_version: str
     pods_version: str
+    generation: int = 0  # the stored record's generation that these versions are (set by `remember`)
 
     @property
     def versions(self) -> tuple[str, str]:
@@ -57,7 +67,7 @@ class ClusterReading:
     observed: list[ClusterNode]  # the GPU nodes in scope
     pods: list[ClusterPod]  # the pods in scope
     scope: set[str] | None  # names of the nodes to sync (gone ones included); None: all
-    mode: str  # "list" (no watch on this backend), "relist" or "watch"
+    mode: str  # "list" (no watch on this backend), "relist", "watch" or "catch-up" (another process synced since)
     events: int = 0
     mirror: ClusterMirror | None = None  # the versions to record once the rows are synced
     stored: InventoryWatch | None = None  # the row that records them, when there is one
@@ -72,23 +82,27 @@ class ClusterReading:
 
 
 def read_cluster(backend: ClusterBackend, *, relist: bool = False) -> ClusterReading:
-    """Read the cluster for one sync (outside any transaction; the one query reads the stored versions)."""
+    """Read the cluster for one sync (outside any transaction; the one query reads the stored versions,
+    before the cluster is read, as the generation's meaning requires)."""
     if not isinstance(backend, WatchableCluster):
         return _reading(backend.list_nodes(), backend.list_gpu_pods(), None, "list")
     key = backend.cluster_key
     stored = InventoryWatch.objects.filter(cluster_key=key).first()
     mirror = _mirrors.get(key)
-    in_step = mirror is not None and stored is not None and mirror.versions == (stored.nodes_version, stored.pods_version)
-    if in_step and not relist:
-        assert mirror is not None
-        try:
-            return _watch(backend, mirror, stored)
-        except ResourceVersionGone:
-            pass  # too far behind: list again, and sync what differs from the mirror
-    return _relist(backend, mirror if in_step and not relist else None, stored)
+    if mirror is None or stored is None or relist:
+        return _relist(backend, None, stored)
+    in_step = mirror.versions == (stored.nodes_version, stored.pods_version)
+    if not in_step and stored.generation <= mirror.generation:
+        return _relist(backend, None, stored)  # rolled back or restored: what the rows lack is unknown
+    try:
+        return _watch(backend, mirror, stored, catching_up=not in_step)
+    except ResourceVersionGone:
+        # Too far behind: list again, and sync what differs from the mirror (the rows are as the
+        # mirror says, or newer: what changed since them differs from the mirror too).
+        return _relist(backend, mirror, stored)
 
 
-def _watch(backend: WatchableCluster, mirror: ClusterMirror, stored: InventoryWatch | None) -> ClusterReading:
+def _watch(backend: WatchableCluster, mirror: ClusterMirror, stored: InventoryWatch, *, catching_up: bool) -> ClusterReading:
     node_changes = backend.watch_nodes(mirror.nodes_version, WATCH_TIMEOUT_S)
     pod_changes = backend.watch_gpu_pods(mirror.pods_version, WATCH_TIMEOUT_S)
     # Applied to a copy: the mirror moves only once the rows are synced (`remember`).
@@ -118,10 +132,12 @@ def _watch(backend: WatchableCluster, mirror: ClusterMirror, stored: InventoryWa
     if not node_changes.events and not pod_changes.events:
         # Only bookmarks: keep watching from the stored versions rather than write newer ones (a
         # quiet cluster is written to only when those fall out of the API's window: 410, relist).
-        new = mirror
+        # Catching up, nothing changed since the mirror, so nor since the (later) stored versions:
+        # the mirror is as of those, and takes them.
+        new = ClusterMirror(mirror.key, nodes, pods, stored.nodes_version, stored.pods_version) if catching_up else mirror
     else:
         new = ClusterMirror(mirror.key, nodes, pods, node_changes.resource_version, pod_changes.resource_version)
-    reading = _scoped(new, scope, "watch")
+    reading = _scoped(new, scope, "catch-up" if catching_up else "watch")
     reading.events = len(node_changes.events) + len(pod_changes.events)
     reading.stored = stored
     return reading
@@ -152,17 +168,32 @@ def _relist(backend: WatchableCluster, mirror: ClusterMirror | None, stored: Inv
 
 def remember(reading: ClusterReading) -> None:
     """The rows are now in sync with what `reading` read: keep its mirror for the next watch.
-    (Call inside the sync's transaction: it also records the versions, when they moved.)"""
+    (Call inside the sync's transaction: it also records the versions, when they moved.)
+
+    The record moves compare-and-set, from the generation the reading saw; if another sync moved
+    (or deleted) it meanwhile, the two overlapped and the rows are as neither's versions say: the
+    record is dropped, with this process's mirror, so the next sync of each process relists."""
     mirror = reading.mirror
     if mirror is None:
         return
     stored = reading.stored
-    if stored is None or (stored.nodes_version, stored.pods_version) != mirror.versions:
-        InventoryWatch.objects.update_or_create(
-            cluster_key=mirror.key,
-            defaults={"nodes_version": mirror.nodes_version, "pods_version": mirror.pods_version,
-                      "synced_at": timezone.now()},
-        )
+    if stored is not None and (stored.nodes_version, stored.pods_version) == mirror.versions:
+        mirror.generation = stored.generation
+        _mirrors[mirror.key] = mirror
+        return
+    moved = {"nodes_version": mirror.nodes_version, "pods_version": mirror.pods_version, "synced_at": timezone.now()}
+    if stored is None:
+        _, won = InventoryWatch.objects.get_or_create(cluster_key=mirror.key, defaults={**moved, "generation": 1})
+        generation = 1
+    else:
+        generation = stored.generation + 1
+        won = bool(InventoryWatch.objects.filter(pk=stored.pk, generation=stored.generation).update(
+            **moved, generation=generation))
+    if not won:
+        InventoryWatch.objects.filter(cluster_key=mirror.key).delete()
+        _mirrors.pop(mirror.key, None)
+        return
+    mirror.generation = generation
     _mirrors[mirror.key] = mirror
 
 

@@ -3,12 +3,13 @@ bounded watch history as an API server does).
 
 The first sync lists; later ones watch from the versions the rows were synced at and touch only
 the nodes that changed. Nothing changed: no INSERT, UPDATE or DELETE, no audit event. A version
-too old (410 Gone), or rows synced at other versions than this process's mirror, means a relist.
+too old (410 Gone), or rows rolled back to before this process's mirror, means a relist; rows that
+another process synced since are caught up with by watching from the mirror.
 """
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from lifecycle.models import AuditEvent
@@ -110,7 +111,7 @@ def test_a_version_older_than_the_watch_history_answers_gone_and_the_sync_relist
     assert set(Node.objects.filter(cordoned=True).values_list("name", flat=True)) == {"n0", "n1", "n2"}
 
 
-def test_rows_synced_at_other_versions_than_the_mirror_are_relisted_in_full(cluster):
+def test_rows_synced_at_no_recorded_versions_are_relisted_in_full(cluster):
     sync_inventory(cluster)
     Node.objects.filter(name="n3").update(cordoned=True)  # a drift the cluster knows nothing of
     InventoryWatch.objects.all().delete()  # e.g. the rows were restored from before any sync
@@ -119,3 +120,108 @@ def test_rows_synced_at_other_versions_than_the_mirror_are_relisted_in_full(clus
 
     assert report.mode == "relist" and report.heartbeats == 3 and report.updated["nodes"] == 1
     assert Node.objects.get(name="n3").cordoned is False
+
+
+class Process:
+    """One worker process's mirror: syncing as it swaps the module's mirrors for its own."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.monkeypatch = monkeypatch
+        self.mirrors: dict[str, watching.ClusterMirror] = {}
+
+    def sync(self, cluster: SimulatedCluster):
+        self.monkeypatch.setattr(watching, "_mirrors", self.mirrors)
+        return sync_inventory(cluster)
+
+
+@pytest.fixture
+def processes(monkeypatch) -> tuple[Process, Process]:
+    return Process(monkeypatch), Process(monkeypatch)
+
+
+def test_two_processes_syncing_in_turn_an_unchanged_cluster_never_relist_nor_write(cluster, processes):
+    a, b = processes
+    assert a.sync(cluster).mode == "relist" and b.sync(cluster).mode == "relist"  # no mirror yet
+    before, events = snapshot(), AuditEvent.objects.count()
+
+    for process in (a, b, a, b):
+        with CaptureQueriesContext(connection) as queries:
+            report = process.sync(cluster)
+        assert report.mode == "watch" and not report.changed
+        assert writes(queries) == [] and len(queries) == 1
+
+    assert snapshot() == before and AuditEvent.objects.count() == events
+
+
+def test_a_change_synced_by_one_process_is_caught_up_with_not_rewritten_by_the_other(cluster, processes):
+    a, b = processes
+    a.sync(cluster)
+    b.sync(cluster)
+    cluster.cordon("n2")
+    assert a.sync(cluster).updated["nodes"] == 1
+    cluster.cordon("n3")  # after A's sync: B alone must write it
+    events = AuditEvent.objects.count()
+    n2_written_at = Node.objects.get(name="n2").last_seen
+
+    report = b.sync(cluster)
+
+    assert report.mode == "catch-up" and report.events == 2
+    assert report.updated["nodes"] == 1 and report.heartbeats == 1  # n2 compared, found right; n0, n1 not read
+    assert [event.object_repr for event in AuditEvent.objects.order_by("pk")[events:]] == ["n3"]
+    assert Node.objects.get(name="n2").last_seen == n2_written_at  # not written again
+    assert set(Node.objects.filter(cordoned=True).values_list("name", flat=True)) == {"n2", "n3"}
+    # A, now behind B, catches up too: n3 is right already, nothing is written.
+    with CaptureQueriesContext(connection) as queries:
+        caught_up = a.sync(cluster)
+    assert caught_up.mode == "catch-up" and not caught_up.changed and writes(queries) == []
+    assert a.sync(cluster).mode == "watch" and b.sync(cluster).mode == "watch"
+
+
+def test_a_process_behind_with_nothing_changed_since_catches_up_without_a_write(cluster, processes):
+    a, b = processes
+    a.sync(cluster)
+    b.sync(cluster)
+    cluster.cordon("n1")
+    a.sync(cluster)
+
+    with CaptureQueriesContext(connection) as queries:
+        report = b.sync(cluster)  # n1's event: compared, right already
+
+    assert report.mode == "catch-up" and not report.changed and writes(queries) == []
+    assert b.mirrors[cluster.cluster_key].versions == a.mirrors[cluster.cluster_key].versions
+
+
+def test_rows_rolled_back_to_before_the_mirror_are_relisted_in_full(cluster, processes):
+    a, _ = processes
+    a.sync(cluster)
+    backup = InventoryWatch.objects.values("nodes_version", "pods_version", "generation").get()
+    cluster.cordon("n1")
+    a.sync(cluster)
+    # The database restored from the backup: n1 uncordoned, at the versions (and generation) of then.
+    Node.objects.filter(name="n1").update(cordoned=False)
+    InventoryWatch.objects.update(**backup)
+
+    report = a.sync(cluster)
+
+    # A watch from the mirror's versions would see nothing: n1 changed before them.
+    assert report.mode == "relist" and report.updated["nodes"] == 1 and report.heartbeats == 3
+    assert Node.objects.get(name="n1").cordoned is True
+    assert InventoryWatch.objects.get().generation == backup["generation"] + 1
+
+
+def test_two_syncs_that_overlap_drop_the_recorded_versions_so_the_next_syncs_relist(cluster, processes, monkeypatch):
+    a, b = processes
+    a.sync(cluster)
+    b.sync(cluster)
+    cluster.cordon("n0")
+    monkeypatch.setattr(watching, "_mirrors", a.mirrors)
+    reading = watching.read_cluster(cluster)  # A has read the cluster, not written yet ...
+    cluster.cordon("n1")
+    b.sync(cluster)  # ... when B syncs both changes
+
+    monkeypatch.setattr(watching, "_mirrors", a.mirrors)
+    with transaction.atomic():
+        watching.remember(reading)  # A's rows would be as of before n1's change
+
+    assert not InventoryWatch.objects.exists() and a.mirrors == {}
+    assert b.sync(cluster).mode == "relist" and a.sync(cluster).mode == "relist"
