@@ -14,6 +14,10 @@ What it does, in one process:
    the INSERT/UPDATE/DELETE statements and queries each issued. Reported: medians, max writes.
 4. For comparison: one relist of the unchanged cluster (what every sync cost before the watch:
    read everything, compare every row), and one sync after one node was cordoned.
+5. Another process synced since (`--syncs` rounds): a second process (its own mirror, as the
+   Celery worker's other process keeps) cordons nothing but syncs a node cordoned after the first
+   process's mirror; the first process's next sync is timed: it catches up by watching from its
+   mirror (before: a full relist, as in 4).
 """
 from __future__ import annotations
 
@@ -49,6 +53,19 @@ def _timed_sync(cluster: Any, **kwargs: Any) -> dict[str, Any]:
     writes = [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().upper().startswith(WRITES)]
     return {"cpu_s": cpu, "wall_s": wall, "writes": len(writes), "queries": len(queries.captured_queries),
             "mode": report.mode, "events": report.events, "changed": report.changed}
+
+
+class _Process:
+    """A worker process's own mirror of the cluster: syncs run with it as the module's mirrors."""
+
+    def __init__(self, mirrors: dict[str, Any] | None = None) -> None:
+        self.mirrors: dict[str, Any] = mirrors if mirrors is not None else {}
+
+    def sync(self, cluster: Any) -> dict[str, Any]:
+        from nodes.inventory import watching
+
+        watching._mirrors = self.mirrors  # what another process's memory would hold
+        return _timed_sync(cluster)
 
 
 class _WatchTimer:
@@ -95,8 +112,10 @@ def run(nodes: int, gpus_per_node: int, syncs: int) -> dict[str, Any]:
             result["backend_watch_cpu_s"] = timer.cpu_s - before
             runs.append(result)
         relist = _timed_sync(cluster, relist=True)
-        cluster.cordon(cluster.list_nodes()[0].name)
+        names = [node.name for node in cluster.list_nodes()]
+        cluster.cordon(names[0])
         one_changed = _timed_sync(cluster)
+        catch_ups = _other_process_synced_since(cluster, timer, names[1:syncs + 1])
         return {
             "benchmark": "inventory_sync",
             "nodes": nodes,
@@ -115,7 +134,32 @@ def run(nodes: int, gpus_per_node: int, syncs: int) -> dict[str, Any]:
             },
             "relist_unchanged": relist,
             "one_node_cordoned": one_changed,
+            "other_process_synced_since": {
+                "syncs": len(catch_ups),
+                "median_cpu_s": statistics.median(r["cpu_s"] for r in catch_ups),
+                "median_backend_watch_cpu_s": statistics.median(r["backend_watch_cpu_s"] for r in catch_ups),
+                "max_writes": max(r["writes"] for r in catch_ups),
+                "max_queries": max(r["queries"] for r in catch_ups),
+                "modes": sorted({r["mode"] for r in catch_ups}),
+            },
         }
+
+
+def _other_process_synced_since(cluster: Any, timer: _WatchTimer, names: list[str]) -> list[dict[str, Any]]:
+    """Per name: it is cordoned, another process syncs it, then this process's sync is timed."""
+    from nodes.inventory import watching
+
+    this, other = _Process(watching._mirrors), _Process()
+    other.sync(cluster)  # its first sync: a relist, not timed
+    runs = []
+    for name in names:
+        cluster.cordon(name)
+        other.sync(cluster)
+        before = timer.cpu_s
+        result = this.sync(cluster)
+        result["backend_watch_cpu_s"] = timer.cpu_s - before
+        runs.append(result)
+    return runs
 
 
 def main() -> None:
@@ -137,6 +181,9 @@ def main() -> None:
     relist, changed = result["relist_unchanged"], result["one_node_cordoned"]
     print(f"relist of the unchanged cluster: {relist['cpu_s']:.3f} CPU-s, {relist['writes']} writes")
     print(f"one node cordoned: {changed['cpu_s']:.3f} CPU-s, {changed['writes']} writes")
+    since = result["other_process_synced_since"]
+    print(f"another process synced since: {since['median_cpu_s']:.3f} CPU-s median, "
+          f"{since['max_writes']} writes, mode {since['modes']}")
 
 
 if __name__ == "__main__":
