@@ -19,6 +19,7 @@ import math
 import re
 from collections.abc import Sequence
 from fractions import Fraction
+from functools import lru_cache
 
 from nodes.catalog import MIG_COMPUTE_SLICES
 from nodes.vocabulary import MIB_PER_GB, SHARE_MILLI_FULL, PartitionKind
@@ -75,6 +76,9 @@ def mig_compute_slices(profile: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+# Memoized: a fleet has a handful of distinct partition shapes but tens of thousands of partitions,
+# and the savings and overview read one per occupied partition (Fractions are immutable).
+@lru_cache(maxsize=4096)
 def gpu_equivalent(kind: str, share_milli: int, mig_profile: str = "") -> Fraction:
     """How much of one GPU a partition stands for (see the module docstring), exactly.
 

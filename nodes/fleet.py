@@ -48,7 +48,7 @@ def mig_share_corrections(node_ids: list[int] | None = None) -> dict[int, Fracti
     stored, rounded-down shares (3g: 3/7 - 0.428), so that GPU.allocated_milli sums read as exact
     GPU-equivalents. One query."""
     corrections: dict[int, Fraction] = {}
-    occupied = Partition.objects.filter(occupied_partition_filter(), kind=PartitionKind.MIG)
+    occupied = Partition.objects.filter(occupied_partition_filter(), kind=PartitionKind.MIG).order_by()
     if node_ids is not None:
         occupied = occupied.filter(gpu__node__in=node_ids)
     for node_id, share_milli, profile in occupied.values_list("gpu__node_id", "share_milli", "mig_profile"):
@@ -90,7 +90,10 @@ def node_tiles() -> dict[str, Any]:
         row = figures.get(node_id)
         if row is None:
             continue
-        allocated = Fraction(row["allocated_milli"] or 0, SHARE_MILLI_FULL) + corrections.get(node_id, Fraction(0))
+        milli = row["allocated_milli"] or 0
+        correction = corrections.get(node_id)
+        # Exact only where MIG needs it: a plain division is the same correctly rounded float.
+        allocated = milli / SHARE_MILLI_FULL if correction is None else float(Fraction(milli, SHARE_MILLI_FULL) + correction)
         rows.append([
             name,
             node_state(_Flags(ready, cordoned)),
@@ -98,7 +101,7 @@ def node_tiles() -> dict[str, Any]:
             row["reporting"],
             _round(row["utilization"], 1),
             _round(row["power"], 1) if row["power_n"] else None,
-            round(float(allocated), 2),
+            round(allocated, 2),
         ])
     return {
         "columns": list(TILE_COLUMNS),

@@ -116,7 +116,7 @@ def cluster_overview() -> ClusterOverview:
     """The overview's figures from the inventory's rows: nodes, GPUs (one plain row each, for the
     counts /metrics shares) and partitions counted by the database per mode, kind and size."""
     mode_labels = dict(SharingMode.choices())
-    nodes = [_NodeFlags(ready, cordoned) for ready, cordoned in Node.objects.values_list("ready", "cordoned")]
+    nodes = [_NodeFlags(ready, cordoned) for ready, cordoned in Node.objects.order_by().values_list("ready", "cordoned")]
     # The counts /metrics shares, by the same rules in SQL (is_allocated, is_idle); sums by mode too.
     figures = GPU.objects.aggregate(
         gpus=Count("id"), allocated=Count("id", filter=allocated_filter()), idle=Count("id", filter=idle_filter()),

@@ -16,7 +16,7 @@ the sampler claims nothing.
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -113,14 +113,18 @@ def compute_savings(occupants: Iterable[Occupant], costs: Mapping[str, GPUCost])
     """
     baseline: dict[str, int] = defaultdict(int)
     used: dict[str, set[str]] = defaultdict(set)
-    equivalents = Fraction(0)
+    # Shares counted by value and summed once: a fleet has few distinct shares but tens of
+    # thousands of holdings, and each Fraction addition costs a gcd.
+    shares: Counter[Fraction] = Counter()
     for occupant in occupants:
-        per_gpu: dict[str, Fraction] = defaultdict(Fraction)
+        per_gpu: dict[str, Fraction] = {}
         model_of: dict[str, str] = {}
         for holding in occupant.holdings:
-            per_gpu[holding.gpu] += holding.gpu_equivalents
+            share = holding.gpu_equivalents
+            held = per_gpu.get(holding.gpu)
+            per_gpu[holding.gpu] = share if held is None else held + share
             model_of[holding.gpu] = holding.gpu_model
-            equivalents += holding.gpu_equivalents
+            shares[share] += 1
         for gpu, share in per_gpu.items():
             # ceil(share) GPUs on whole GPUs, and at least 1: a share is at most one GPU, and an
             # occupant holding only memory (share 0) still needs the GPU.
@@ -133,7 +137,7 @@ def compute_savings(occupants: Iterable[Occupant], costs: Mapping[str, GPUCost])
     )
     return Savings(
         baseline_gpus=sum(baseline.values()),
-        allocated_gpu_equivalents=equivalents,
+        allocated_gpu_equivalents=sum((share * n for share, n in shares.items()), Fraction(0)),
         gpus_used=sum(len(gpus) for gpus in used.values()),
         by_model=by_model,
     )
