@@ -48,6 +48,8 @@ def main() -> None:
     parser.add_argument("--deploys", type=int, default=20)
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL))
     parser.add_argument("--top", type=int, default=0, help="also print the N functions with most own time")
+    parser.add_argument("--statements", action="store_true",
+                        help="also list the SQL statements of one deploy (after the profiled ones)")
     args = parser.parse_args()
 
     var_dir = Path(tempfile.mkdtemp(prefix="gpuplane-profile-"))
@@ -65,6 +67,7 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
     from django.db import connection
+    from django.test.utils import CaptureQueriesContext
 
     from nodes.fleet_loader import load_fleet
     from scheduler.services import DeploySpec, deploy, placing
@@ -89,6 +92,8 @@ def main() -> None:
             one(number)
             profile.disable()
             walls.append(time.perf_counter() - started)
+        with CaptureQueriesContext(connection) as queries:  # one more deploy, unprofiled: its statements
+            one(args.deploys + 1)
     finally:
         shutil.rmtree(var_dir, ignore_errors=True)
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
@@ -104,6 +109,10 @@ def main() -> None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
     walls.sort()
     print(f"  wall per deploy: p50 {walls[len(walls) // 2] * 1000:.0f} ms, max {walls[-1] * 1000:.0f} ms")
+    print(f"  statements in one deploy: {len(queries.captured_queries)}")
+    if args.statements:
+        for number, query in enumerate(queries.captured_queries, 1):
+            print(f"  {number:3d}. {query['sql'][:160]}")
 
 
 if __name__ == "__main__":

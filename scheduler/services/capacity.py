@@ -37,7 +37,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from django.db import OperationalError, connection
-from django.db.models import Exists, F, OuterRef, QuerySet, Value
+from django.db.models import Exists, F, IntegerField, OuterRef, QuerySet, Value
 from django.db.models.functions import Greatest
 
 from nodes.models import GPU, Partition
@@ -89,11 +89,17 @@ def _hold(partition_pk: int, kind: str, placement_id: int, **values: int) -> boo
     if values:
         if free.update(**values) != 1:
             return False
-    elif not free.exists():
-        return False
-    # The partition is the hold's primary key: a racing holder makes this an IntegrityError.
-    PartitionHold.objects.create(partition_id=partition_pk, placement_id=placement_id)
-    return True
+        # The partition is the hold's primary key: a racing holder makes this an IntegrityError.
+        PartitionHold.objects.create(partition_id=partition_pk, placement_id=placement_id)
+        return True
+    # One statement instead of a check and an insert: INSERT ... SELECT from ``_free`` inserts the
+    # hold only if the partition is still free (and, as above, a racing holder is an IntegrityError).
+    rows = free.order_by().values_list("pk", Value(placement_id, output_field=IntegerField()))
+    select, params = rows.query.sql_with_params()
+    with connection.cursor() as cursor:
+        table = connection.ops.quote_name(PartitionHold._meta.db_table)
+        cursor.execute(f"INSERT INTO {table} (partition_id, placement_id) {select}", params)
+        return cursor.rowcount == 1
 
 
 def claim(claim: PartitionClaim, placement_id: int) -> tuple[int, int]:

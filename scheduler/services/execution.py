@@ -1,7 +1,7 @@
 """The cluster side of placements: create the workloads that run them, delete and scale them."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from nodes.cluster.base import ClusterBackend, ClusterError, NotFound
 from nodes.vocabulary import PartitionKind
@@ -37,13 +37,18 @@ def delete_workloads(cluster: ClusterBackend, namespace: str, names: Iterable[st
     return failures
 
 
-def specs_for(deployment: Deployment, placements: Sequence[Placement]) -> list[WorkloadSpec]:
-    """The workload specs of ``placements`` (their decisions and MIG starts read from the database)."""
-    decision_ids = dict(deployment.decisions.values_list("replica_index", "pk"))
-    mig_starts = dict(
-        PartitionHold.objects.filter(placement__in=[p.pk for p in placements], partition__kind=PartitionKind.MIG)
-        .values_list("placement_id", "partition__mig_start")
-    )
+def specs_for(deployment: Deployment, placements: Sequence[Placement],
+              decision_ids: Mapping[int, int] | None = None) -> list[WorkloadSpec]:
+    """The workload specs of ``placements``: their decisions' ids (by replica index; read from the
+    database when not given) and MIG starts (read only for MIG placements)."""
+    if decision_ids is None:
+        decision_ids = dict(deployment.decisions.values_list("replica_index", "pk"))
+    mig_starts: dict[int, int | None] = {}
+    if any(p.sharing == PartitionKind.MIG for p in placements):
+        mig_starts = dict(
+            PartitionHold.objects.filter(placement__in=[p.pk for p in placements], partition__kind=PartitionKind.MIG)
+            .values_list("placement_id", "partition__mig_start")
+        )
     return workload_specs(deployment, placements, decision_ids, mig_starts)
 
 

@@ -21,7 +21,7 @@ from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from gpuplane.observability import PLACEMENT_DECISION_SECONDS
-from lifecycle.audit import AuditEntry, record, record_many
+from lifecycle.audit import AuditEntry, record_many
 from lifecycle.transitions import transition
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError
@@ -44,7 +44,7 @@ from scheduler.services.errors import CapacityConflict, DeployFailed, NoCapacity
 from scheduler.services.execution import create_workloads, delete_workloads, specs_for
 from scheduler.services.releasing import ACTIVE_PLACEMENT, release_replica
 from scheduler.services.spec import DeploySpec, spec_of
-from scheduler.services.watching import ACTIVE, enqueue_watch, fail_deployment
+from scheduler.services.watching import ACTIVE, enqueue_watch, fail_deployment, watch_runs_inline
 from scheduler.workloads import group_placements
 
 logger = logging.getLogger(__name__)
@@ -88,10 +88,9 @@ def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, sp
             raise ValueError(f"{deployment} already has replicas {sorted(used)}")
     request = spec if spec is not None else spec_of(deployment)
     backend = cluster if cluster is not None else get_cluster()
-    placements = _decide_and_reserve(deployment, request, indexes, user, None if nodes is None else list(nodes))
-    _start(deployment, placements, backend, new=new)
-    return list(Placement.objects.filter(pk__in=[p.pk for p in placements]).select_related("node")
-                .order_by("replica_index"))
+    placements, decision_ids = _decide_and_reserve(deployment, request, indexes, user,
+                                                   None if nodes is None else list(nodes))
+    return _start(deployment, placements, decision_ids, backend, new=new)
 
 
 def release_all(deployment: Deployment, *, user: Any = None, reason: str = "") -> int:
@@ -114,9 +113,10 @@ def next_replica_index(deployment: Deployment) -> int:
 # ---- reserving ---------------------------------------------------------------------------------
 
 
-def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Sequence[int],
-                        user: Any, nodes: list[str] | None = None) -> list[Placement]:
-    """Decide and reserve with bounded retries (see ``capacity``, "Reservation and concurrency").
+def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Sequence[int], user: Any,
+                        nodes: list[str] | None = None) -> tuple[list[Placement], dict[int, int]]:
+    """Decide and reserve with bounded retries (see ``capacity``, "Reservation and concurrency");
+    return the placements and their decisions' ids by replica index.
 
     Each attempt decides and reserves in one transaction under the exclusive placement lock, on
     this process's snapshot brought up to date after the lock (``snapshots``): deploys of one
@@ -140,11 +140,11 @@ def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Seque
                 with _inventory(cached, full=attempt >= 3, nodes=nodes) as inventory:
                     quota = namespace_quota(spec.namespace)
                     plans = decide(spec, inventory, scheduler, quota=quota, replica_indexes=indexes)
-                    placements = _reserve(deployment, plans, inventory.index.node_pk, user)
+                    reservation = _reserve(deployment, plans, inventory.index.node_pk, user)
                     if quota is not None:
                         check_quota(spec.namespace)
             reserved = True  # committed
-            return placements
+            return reservation
         except (CapacityConflict, IntegrityError) as error:
             last_conflict = str(error)
         except OperationalError as error:
@@ -183,19 +183,21 @@ def _forget(deployment: Deployment) -> None:
 
 
 def _reserve(deployment: Deployment, plans: list[ReplicaPlan], node_pks: Mapping[str, int],
-             user: Any) -> list[Placement]:
-    """Store the placements and decisions of ``plans`` and claim their partitions.
+             user: Any) -> tuple[list[Placement], dict[int, int]]:
+    """Store the placements and decisions of ``plans`` and claim their partitions; return the
+    placements and the decisions' ids by replica index (the workloads are labelled with them).
 
     Saves ``deployment`` first when it is new. Must run inside a transaction; raises
     ``CapacityConflict`` or ``IntegrityError`` when capacity was taken meanwhile (the caller rolls
     back and retries).
     """
     added = deployment.pk is not None
+    audit: list[AuditEntry] = []  # written in one INSERT with the reservations' rows below
     if not added:
         deployment.save()
-        record("deployment.created", deployment, actor=user, reason="deploy request",
-               after={"replicas": deployment.replicas, "memory_mib": deployment.memory_mib,
-                      "gpu_count": deployment.gpu_count, "sharing": deployment.sharing})
+        audit.append(AuditEntry("deployment.created", deployment, actor=user, reason="deploy request",
+                                after={"replicas": deployment.replicas, "memory_mib": deployment.memory_mib,
+                                       "gpu_count": deployment.gpu_count, "sharing": deployment.sharing}))
     placements = [_placement(deployment, plan, node_pks) for plan in plans]
     for group in group_placements(deployment, placements, added=added):
         for placement in group.placements:
@@ -215,7 +217,7 @@ def _reserve(deployment: Deployment, plans: list[ReplicaPlan], node_pks: Mapping
         charges[partition_claim.gpu_pk][1] += memory
     charge_gpus(charges)
 
-    Decision.objects.bulk_create(
+    decisions = Decision.objects.bulk_create(
         Decision(
             deployment=deployment, replica_index=plan.replica_index, outcome=plan.outcome,
             node_id=node_pks.get(plan.decision.node) if plan.decision.node else None,
@@ -225,13 +227,16 @@ def _reserve(deployment: Deployment, plans: list[ReplicaPlan], node_pks: Mapping
         for plan in plans
     )
     # object_repr as str(placement) gives it, without loading each placement's node under the lock.
-    record_many(AuditEntry("placement.reserved", placement, actor=user, reason=plan.message,
-                           after=_placement_facts(placement, plan),
-                           object_repr=f"{deployment} #{placement.replica_index} on {plan.decision.node or None}")
-                for plan, placement in zip(plans, placements, strict=True))
+    audit.extend(AuditEntry("placement.reserved", placement, actor=user, reason=plan.message,
+                            after=_placement_facts(placement, plan),
+                            object_repr=f"{deployment} #{placement.replica_index} on {plan.decision.node or None}")
+                 for plan, placement in zip(plans, placements, strict=True))
+    record_many(audit)
     # No watch is enqueued here: an eager one would run before the workloads exist. A deployment
     # left PENDING by a crash before ``_start`` is found by the sweeper and failed on timeout.
-    return placements
+    if any(d.pk is None for d in decisions):  # pragma: no cover - both supported databases return ids
+        return placements, dict(deployment.decisions.values_list("replica_index", "pk"))
+    return placements, {d.replica_index: d.pk for d in decisions}
 
 
 def _placement(deployment: Deployment, plan: ReplicaPlan, node_pks: Mapping[str, int]) -> Placement:
@@ -256,8 +261,10 @@ def _placement_facts(placement: Placement, plan: ReplicaPlan) -> dict[str, Any]:
 # ---- starting ----------------------------------------------------------------------------------
 
 
-def _start(deployment: Deployment, placements: list[Placement], cluster: ClusterBackend, *, new: bool) -> None:
+def _start(deployment: Deployment, placements: list[Placement], decision_ids: Mapping[int, int],
+           cluster: ClusterBackend, *, new: bool) -> list[Placement]:
     """Create the workloads of ``placements``; on failure undo them and release (``DeployFailed``).
+    Return the placements as stored, with their nodes, in replica order.
 
     A new deployment moves PENDING -> PLACED. One that gained replicas moves back to PLACED until
     the watch sees every workload ready, unless all its desired replicas run already: then it
@@ -268,7 +275,7 @@ def _start(deployment: Deployment, placements: list[Placement], cluster: Cluster
         placement.deployment = deployment
     loaded = list(Placement.objects.filter(pk__in=[p.pk for p in placements]).select_related("node")
                   .order_by("replica_index"))
-    specs = specs_for(deployment, loaded)
+    specs = specs_for(deployment, loaded, decision_ids)
     try:
         create_workloads(cluster, specs)
     except ClusterError as error:
@@ -285,15 +292,17 @@ def _start(deployment: Deployment, placements: list[Placement], cluster: Cluster
         raise
 
     from_statuses = [DeploymentStatus.PENDING] if new else [DeploymentStatus.PLACED, DeploymentStatus.RUNNING]
+    message = _placed_message(loaded)
     with transaction.atomic():
         if not new and _serving(deployment):
             # Every desired replica is ready: the deployment keeps serving, so it stays RUNNING while
             # the extra replica (a copy) starts; the watch marks that replica running once ready.
             placed = True
         else:
+            # With the deployment instance, PENDING -> PLACED is one conditional UPDATE (no locking read).
             placed = transition(Deployment, deployment.pk, from_statuses, DeploymentStatus.PLACED,
-                                actor="system:scheduler", reason=_placed_message(loaded),
-                                values={"placed_at": timezone.now(), "message": _placed_message(loaded)})
+                                actor="system:scheduler", reason=message,
+                                values={"placed_at": timezone.now(), "message": message}, instance=deployment)
         if placed:
             Placement.objects.filter(pk__in=[p.pk for p in loaded], status=PlacementStatus.RESERVED).update(
                 status=PlacementStatus.BINDING)
@@ -307,7 +316,15 @@ def _start(deployment: Deployment, placements: list[Placement], cluster: Cluster
     # runs right here and must find them. Robust: a broken callback never fails the deploy.
     deployment_id = deployment.pk
     transaction.on_commit(lambda: enqueue_watch(deployment_id), robust=True)
-    deployment.refresh_from_db()
+    if not new or watch_runs_inline():
+        # A new deployment's instance holds what it was saved with plus what the transition wrote
+        # (no re-read); an existing one may have changed meanwhile, and an eager watch (tests, dev)
+        # may have moved either on already.
+        deployment.refresh_from_db()
+    for placement in loaded:
+        if placement.status == PlacementStatus.RESERVED:
+            placement.status = PlacementStatus.BINDING  # as the UPDATE above wrote it: no re-read
+    return loaded
 
 
 def _serving(deployment: Deployment) -> bool:

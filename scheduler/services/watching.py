@@ -70,6 +70,11 @@ def enqueue_watch(deployment_id: int) -> None:
                        exc_info=True)
 
 
+def watch_runs_inline() -> bool:
+    """True when ``enqueue_watch`` runs the watch right here (Celery's eager mode: tests, dev)."""
+    return bool(current_app.conf.task_always_eager)
+
+
 def watch_deployment(deployment_id: int, *, cluster: ClusterBackend | None = None,
                      now: datetime | None = None) -> str:
     """One look at a deployment being started; returns what the watcher should do next.
