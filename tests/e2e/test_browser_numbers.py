@@ -193,7 +193,7 @@ def test_node_pages_state_each_mode_in_its_own_terms(page: Page, live_server, vi
     expected = sum(g["allocated_milli"] for g in node_gpus) / 1000  # weighted shares: 500 + 250
     assert page.locator('[data-value="gpu-equivalents"]').inner_text() == f"{expected:g}"
     assert share_column(page, 0) == [50.0, 25.0, 25.0]  # two shares and the rest: 100 %
-    expect(page.locator("main")).to_contain_text("last seen 0")  # refreshed by the sync that loaded it
+    expect(page.locator("main")).to_contain_text("last change from the cluster 0")  # the sync that loaded it
     page.screenshot(path=str(tmp_path / "weighted-mps-node.png"), full_page=True)
 
     # Time-slicing: each replica's memory is the GPU's / R, not the whole GPU on every row.
