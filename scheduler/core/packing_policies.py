@@ -31,8 +31,9 @@ proportion to the typical sharing classes that fit it, 100 / 400 / 1500 (95.77 /
 fewest free GPUs, most or least CPU left, or CPU per free GPU milli (95.77-95.78: CPU-only
 pods barely move the measure); the bound's ratio raised to 0.25 / 0.35 / 0.5 / 0.7 / 2
 (95.81 / 95.79 / 95.85 / 95.73 / 95.66: not monotone). The ratio's square root over seeds
-42-51 gives 95.82 (seeds 95.76-95.87) against 95.76 (95.73-95.80): a lead, not adopted
-because the other four lists were not re-measured with it. Why 96.0 is out of reach of placement alone (seed 42 at 130 %): 952 GPUs
+42-51 gives 95.82 (seeds 95.76-95.87) against 95.76 (95.73-95.80), but on seeds 42-44 it
+lowers multigpu20 (95.97 vs 96.02) for gpushare40 94.27 vs 94.23 (gpuspec10 95.82, cpu050
+95.78, about the 10-seed figures): not adopted, and still short of 96.0. Why 96.0 is out of reach of placement alone (seed 42 at 130 %): 952 GPUs
 hold one 810-milli pod and nothing else (2.91 % of capacity idle) while 88 + 26 of the
 list's tiny pods (160 and 110 milli) already sit beside an 810 pod; the protocol places every
 pod that fits, so those 190-milli gaps stay.
