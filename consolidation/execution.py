@@ -7,7 +7,9 @@ Otherwise it goes ``executing`` and each tick advances every move, replacement f
 
 1. place a new replica of the workload's deployment on the move's target node (the placement
    services with the decision limited to that node; the replica index is chosen and persisted
-   first, so a crashed tick adopts what it placed instead of placing another);
+   first, so a crashed tick adopts what it placed instead of placing another; a reservation a
+   crashed tick left without a workload is given back, and an index whose attempt is over is
+   spent, so the replacement then gets a fresh one, as in ``scheduler.services.replacing``);
 2. wait until that replica is ready;
 3. only then release the original (``release_replica``).
 
@@ -31,11 +33,16 @@ from consolidation.state import move_plan
 from lifecycle.audit import record
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError
-from scheduler.models import Placement
+from scheduler.models import Deployment, Placement
 from scheduler.services.errors import DeployFailed, NoCapacity
-from scheduler.services.placing import next_replica_index
 from scheduler.services.releasing import ACTIVE_PLACEMENT
-from scheduler.services.replacing import Finish, finish_replacement, place_replacement
+from scheduler.services.replacing import (
+    Finish,
+    finish_replacement,
+    give_back_half_placed,
+    place_replacement,
+    replacement_index,
+)
 
 ACTOR = "consolidation"
 REPLACEMENT_PLACED = "consolidationplan.replacement_placed"
@@ -103,6 +110,23 @@ def advance(plan: ConsolidationPlan, cluster: ClusterBackend, now: datetime) -> 
     move_plan(plan, P.EXECUTED, actor=ACTOR, reason=reason)
 
 
+def _choose_index(plan: ConsolidationPlan, entry: dict[str, Any], deployment: Deployment,
+                  cluster: ClusterBackend) -> None:
+    """Persist the replica index the move's replacement is placed under, before placing it, so a
+    tick that dies after placing adopts that replacement. A reservation a dead tick left without
+    a workload is given back (its pod never comes), and then, like any index whose attempt is
+    over, that index is spent: the replacement gets a fresh one."""
+    chosen = entry.get("index")
+    if chosen is not None:
+        give_back_half_placed(deployment, chosen, cluster=cluster, user=ACTOR,
+                              reason=f"reserved by a tick of consolidation plan {plan.pk} that died "
+                                     "before its workload was created")
+    index = replacement_index(deployment, chosen)
+    if index != chosen:
+        entry["index"] = index
+        _save(plan)
+
+
 def _advance_move(plan: ConsolidationPlan, move: dict[str, Any], entry: dict[str, Any], cluster: ClusterBackend,
                   timed_out: bool) -> int:
     """Do the next piece of one move; 1 while it waits for its replacement, else 0."""
@@ -115,9 +139,7 @@ def _advance_move(plan: ConsolidationPlan, move: dict[str, Any], entry: dict[str
         if timed_out:
             _fail(plan, entry, f"{move['workload']}: not moved within {settings.CONSOLIDATION_MOVE_TIMEOUT_S} s")
             return 0
-        if "index" not in entry:  # persisted before placing: a tick that dies after adopts it
-            entry["index"] = next_replica_index(deployment)
-            _save(plan)
+        _choose_index(plan, entry, deployment, cluster)
         try:
             replacement = place_replacement(deployment, entry["index"], cluster=cluster, user=ACTOR,
                                             node=move["to_node"])

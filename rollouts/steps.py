@@ -57,8 +57,8 @@ from rollouts.restoring import ACTIVE_PLACEMENTS, ACTOR, fail_node, skip_node, w
 from rollouts.state import IN_FLIGHT, move_node
 from scheduler.models import Placement
 from scheduler.services.errors import NoCapacity
-from scheduler.services.placing import next_replica_index, release_replica
-from scheduler.services.replacing import give_back_half_placed, index_spent, is_ready, place_replacement
+from scheduler.services.placing import release_replica
+from scheduler.services.replacing import give_back_half_placed, is_ready, place_replacement, replacement_index
 
 __all__ = ["ACTOR", "IN_FLIGHT", "advance_node", "cordon_batch", "fail_node", "rolling_back", "skip_node"]
 
@@ -283,10 +283,9 @@ def replica_index_for(step: RolloutNode, old: Placement) -> int:
     """The replica index the copy of ``old`` gets, chosen once and persisted before placing it, so
     a run that dies between placing and noting the copy finds it again instead of placing another."""
     intents: dict[str, int] = dict(step.progress.get("intents", {}))
-    index = intents.get(str(old.pk))
-    if index is None or index_spent(old.deployment, index):
-        # None yet, or that attempt failed (its index is spent): a fresh one.
-        index = next_replica_index(old.deployment)
+    chosen = intents.get(str(old.pk))
+    index = replacement_index(old.deployment, chosen)
+    if index != chosen:
         intents[str(old.pk)] = index
         save_progress(step, intents=intents)
     return index

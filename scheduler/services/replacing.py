@@ -8,6 +8,8 @@ events and its reasons, and calls these steps:
 - ``index_spent``: whether a replica index was used by an attempt that is over (the index is then
   taken for good: a fresh one is chosen);
 - ``give_back_half_placed``: release a replica a run that died left reserved without a workload;
+- ``replacement_index``: the index a replacement is placed under: the one chosen before, unless
+  it is spent, else a fresh one;
 - ``place_replacement``: the replica at a chosen index, adopted when a run that died placed it
   already, else placed now (optionally on one node only);
 - ``is_ready``: whether the cluster reports a replica's workload ready;
@@ -26,7 +28,7 @@ from typing import Any
 from nodes.cluster.base import ClusterBackend
 from scheduler.choices import PlacementStatus
 from scheduler.models import Deployment, Placement
-from scheduler.services.placing import place_replicas
+from scheduler.services.placing import next_replica_index, place_replicas
 from scheduler.services.releasing import ACTIVE_PLACEMENT, release_replica
 from scheduler.services.spec import spec_of
 
@@ -44,6 +46,15 @@ def index_spent(deployment: Deployment, index: int) -> bool:
     """True when replica ``index`` of ``deployment`` belongs to an attempt that is over (failed or
     released): a replica index is never reused, so the next attempt needs a fresh one."""
     return deployment.placements.filter(replica_index=index).exclude(status__in=ACTIVE_PLACEMENT).exists()
+
+
+def replacement_index(deployment: Deployment, chosen: int | None) -> int:
+    """The replica index a replacement of ``deployment`` is placed under: ``chosen`` (persisted by
+    an earlier run) while its attempt may still be adopted, else a fresh one (None: none chosen
+    yet; spent: that attempt is over). The caller persists a changed index before placing."""
+    if chosen is None or index_spent(deployment, chosen):
+        return next_replica_index(deployment)
+    return chosen
 
 
 def give_back_half_placed(deployment: Deployment, index: int, *, cluster: ClusterBackend, user: Any,

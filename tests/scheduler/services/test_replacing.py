@@ -13,6 +13,7 @@ from scheduler.services.replacing import (
     give_back_half_placed,
     index_spent,
     place_replacement,
+    replacement_index,
 )
 from tests.scheduler.inventory import check_invariants
 from tests.scheduler.services.specs import spec
@@ -125,3 +126,14 @@ def test_a_half_placed_replica_is_given_back_and_its_index_spent(cluster):
     assert give_back_half_placed(deployment, original.replica_index, cluster=cluster, user="test",
                                  reason="died") is False
     check_invariants()
+
+
+def test_the_replacement_index_is_the_chosen_one_until_it_is_spent(cluster):
+    original, replacement = original_and_replacement(cluster)
+    deployment = original.deployment
+    # Indexes 0 (the original) and 1 (the replacement) are taken: a fresh one is 2.
+    assert replacement_index(deployment, None) == 2
+    assert replacement_index(deployment, replacement.replica_index) == replacement.replica_index  # adopted
+    services.release_replica(deployment, replacement.replica_index, cluster=cluster, reason="gave up")
+
+    assert replacement_index(deployment, replacement.replica_index) == 2  # spent: never reused
