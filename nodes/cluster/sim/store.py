@@ -2,9 +2,10 @@
 
 Each process opens its own SimulatedCluster on one state file, so the cluster lives on disk, not
 in memory. The file is an SQLite database in WAL mode with one row per object (collection, key,
-version, JSON body); every write gives the row the next value of one cluster-wide counter, which
-Kubernetes-shaped objects also show as `metadata.resourceVersion`. A deleted object leaves a row
-without a body, so other processes learn of the deletion (kept `TOMBSTONE_VERSIONS` versions).
+version, JSON body, version it was created at); every write gives the row the next value of one
+cluster-wide counter, which Kubernetes-shaped objects also show as `metadata.resourceVersion`. A
+deleted object leaves a row without a body, so other processes learn of the deletion (kept
+`TOMBSTONE_VERSIONS` versions). The creation version lets a watch tell ADDED from MODIFIED.
 
 A call costs what it touches, not the size of the cluster: each process keeps the objects it
 parsed (`State`, the programming model of the simulation modules) and, at the start of each
@@ -53,7 +54,8 @@ __all__ = ["Collection", "State", "StateFile", "empty_state"]
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
-    coll TEXT NOT NULL, key TEXT NOT NULL, version INTEGER NOT NULL, body TEXT, PRIMARY KEY (coll, key)
+    coll TEXT NOT NULL, key TEXT NOT NULL, version INTEGER NOT NULL, body TEXT, created INTEGER,
+    PRIMARY KEY (coll, key)
 );
 CREATE INDEX IF NOT EXISTS objects_by_version ON objects (version);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -65,6 +67,13 @@ TOMBSTONE_VERSIONS = 20_000
 # the indexes match the objects (costs a full serialisation: tests only).
 VERIFY = False
 _MISSING = object()
+# A write keeps the row's creation version, unless the object is new or made again after its
+# deletion (the row had no body): then it was created by this write.
+_UPSERT = (
+    "INSERT INTO objects (coll, key, version, body, created) VALUES (?, ?, ?, ?, ?) ON CONFLICT (coll, key) "
+    "DO UPDATE SET version = excluded.version, body = excluded.body, "
+    "created = CASE WHEN objects.body IS NULL THEN excluded.created ELSE objects.created END"
+)
 
 
 
@@ -145,6 +154,9 @@ class StateFile:
             connection.execute("PRAGMA synchronous=NORMAL")
             connection.execute("PRAGMA busy_timeout=60000")
             connection.executescript(_SCHEMA)
+            if "created" not in {column[1] for column in connection.execute("PRAGMA table_info(objects)")}:
+                # A file from before creation versions: its objects read as created before any watch.
+                connection.execute("ALTER TABLE objects ADD COLUMN created INTEGER")
             connection.execute("INSERT OR IGNORE INTO meta VALUES ('epoch', ?), ('version', '0')", (uuid.uuid4().hex,))
         except sqlite3.DatabaseError as exc:
             connection.close()
@@ -167,18 +179,20 @@ class StateFile:
         replica.state.version_seen = replica.seen
         return replica
 
-    def written_since(self, collection: str, version: int) -> list[tuple[str, int, bool]] | None:
-        """(key, version, deleted) of each object of `collection` last written after `version`, oldest
-        first, as committed; None when deletions that old are no longer kept. Inside `transaction` only."""
+    def written_since(self, collection: str, version: int) -> list[tuple[str, int, bool, bool]] | None:
+        """(key, version, deleted, created) of each object of `collection` last written after `version`,
+        oldest first, as committed (created: the object did not exist at `version`, or was deleted
+        since and made again); None when deletions that old are no longer kept. Inside `transaction` only."""
         connection = _connections[(self._key, os.getpid())][0]
         purged = connection.execute("SELECT value FROM meta WHERE name = 'purged'").fetchone()
         if purged is not None and version < int(purged[0]):
             return None
         rows = connection.execute(
-            "SELECT key, version, body IS NULL FROM objects WHERE coll = ? AND version > ? ORDER BY version",
-            (collection, version),
+            "SELECT key, version, body IS NULL, coalesce(created, 0) > ? FROM objects"
+            " WHERE coll = ? AND version > ? ORDER BY version",
+            (version, collection, version),
         )
-        return [(key, row_version, bool(deleted)) for key, row_version, deleted in rows]
+        return [(key, row_version, bool(deleted), bool(created)) for key, row_version, deleted, created in rows]
 
     def _convert_json_file(self) -> None:
         """Replace a JSON state file (this simulator's earlier format) by the same state as a database."""
@@ -202,8 +216,8 @@ class StateFile:
             connection.executescript(_SCHEMA)
             connection.execute("BEGIN")
             connection.executemany(
-                "INSERT INTO objects VALUES (?, ?, ?, ?)",
-                ((coll, key, version, body) for version, (coll, key, body) in enumerate(rows, start=1)),
+                "INSERT INTO objects (coll, key, version, body, created) VALUES (?, ?, ?, ?, ?)",
+                ((coll, key, version, body, version) for version, (coll, key, body) in enumerate(rows, start=1)),
             )
             connection.execute("INSERT INTO meta VALUES ('epoch', ?), ('version', ?)", (uuid.uuid4().hex, str(len(rows))))
             connection.execute("COMMIT")
@@ -284,18 +298,18 @@ def _commit(connection: sqlite3.Connection, replica: _Replica) -> None:
     """Write back the touched objects that changed, each with the next version, and commit."""
     if VERIFY:
         _verify(replica)
-    rows: list[tuple[str, str, int, str | None]] = []
+    rows: list[tuple[str, str, int, str | None, int]] = []
     version = replica.seen
     for coll, key, obj in _changes(replica):
         version += 1
         if obj is _MISSING:
-            rows.append((coll, key, version, None))
+            rows.append((coll, key, version, None, version))
             continue
         if coll in KUBERNETES_COLLECTIONS and isinstance(obj.get("metadata"), dict):
             obj["metadata"]["resourceVersion"] = str(version)
-        rows.append((coll, key, version, dumps(obj)))
+        rows.append((coll, key, version, dumps(obj), version))
     if rows:
-        connection.executemany("INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?)", rows)
+        connection.executemany(_UPSERT, rows)
         connection.execute("UPDATE meta SET value = ? WHERE name = 'version'", (str(version),))
         if version // TOMBSTONE_VERSIONS > replica.seen // TOMBSTONE_VERSIONS:
             # Once per TOMBSTONE_VERSIONS writes: forget deletions older than that.
@@ -304,7 +318,7 @@ def _commit(connection: sqlite3.Connection, replica: _Replica) -> None:
             connection.execute("INSERT OR REPLACE INTO meta VALUES ('purged', ?)", (str(purged),))
     connection.execute("COMMIT")
     # Only once committed: a failed write restores the touched objects from what is stored.
-    for coll, key, _version, body in rows:
+    for coll, key, _version, body, _created in rows:
         if body is None:
             replica.texts.pop((coll, key), None)
         else:

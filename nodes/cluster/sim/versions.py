@@ -3,7 +3,8 @@
 The store gives every object it writes the next value of one cluster-wide counter, which Nodes and
 Pods show as `metadata.resourceVersion`, and keeps a deleted object's row (without a body) for a
 while (`store.TOMBSTONE_VERSIONS`). So a list is as of the version its call started from, and a
-watch from a version answers with each object written since, as it is now (or DELETED); a version
+watch from a version answers with each object written since, as it is now: ADDED when it was
+created since (the store keeps each object's creation version), else MODIFIED, or DELETED; a version
 older than the oldest deletion kept answers 410 Gone, as Kubernetes does once it has compacted it.
 
 Objects written by the call that answers (the simulation catching up with the clock) are
@@ -27,7 +28,7 @@ def list_version(state: State) -> str:
 
 def watch(state_file: StateFile, state: State, kind: str, since: str) -> list[dict[str, Any]]:
     """The raw watch events ({"type", "object"}, as the API streams them) of `kind` after version
-    `since`: each changed object once, as it is now; a BOOKMARK with the current version last; an
+    `since`: each changed object once, as it is now (ADDED when created after `since`); a BOOKMARK with the current version last; an
     ERROR 410 when `since` is older than the deletions kept (or not a version of this state)."""
     try:
         start = int(since)
@@ -40,15 +41,15 @@ def watch(state_file: StateFile, state: State, kind: str, since: str) -> list[di
             "message": f"too old resource version: {since}"}}]
     objects = state[WATCHED[kind]]
     raw: list[dict[str, Any]] = []
-    for key, version, deleted in rows:
+    for key, version, deleted, created in rows:
         obj = None if deleted else dict.get(objects, key)
         if obj is None:
             namespace, _, name = key.rpartition("/")
             meta = {"name": name, "resourceVersion": str(version), **({"namespace": namespace} if namespace else {})}
             raw.append({"type": "DELETED", "object": {"metadata": meta}})
         else:
-            # The API says ADDED for an object created after `since`; the store keeps no creation
-            # version, and readers (inventory sync) treat both alike.
-            raw.append({"type": "MODIFIED", "object": obj})
+            # Kubernetes streams every event; one per object as it is now folds an object created
+            # since (then perhaps changed) into its ADDED, as a watcher that never saw it expects.
+            raw.append({"type": "ADDED" if created else "MODIFIED", "object": obj})
     raw.append({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": str(state.version_seen)}}})
     return raw

@@ -77,6 +77,28 @@ def test_pods_that_come_and_go_are_bound_and_released_by_the_watch(cluster):
     assert Partition.objects.filter(pod="team/train").count() == 0
 
 
+def test_a_node_and_its_pod_added_to_the_cluster_come_through_the_watch_as_added_and_show_up(cluster):
+    sync_inventory(cluster)
+    synced = InventoryWatch.objects.get()
+    cluster.add_gpu_node("n9", product=H100, gpu_count=2, gpu_memory_mib=H100_MIB)
+    cluster.run_pod("team", "train", "n9", resources={"nvidia.com/gpu": 1}, gpus=[0])
+    # What the sync is about to read: the API's event types for objects it never saw.
+    assert [(e.type, e.key) for e in cluster.watch_nodes(synced.nodes_version, 0).events] == [("ADDED", "n9")]
+    pod_events = {e.key: e.type for e in cluster.watch_gpu_pods(synced.pods_version, 0).events}
+    assert pod_events["team/train"] == "ADDED" and set(pod_events.values()) == {"ADDED"}  # and n9's plugin pod
+
+    report = sync_inventory(cluster)
+
+    assert report.mode == "watch" and report.created["nodes"] == 1 and report.heartbeats == 0
+    assert sorted(GPU.objects.filter(node__name="n9").values_list("index", flat=True)) == [0, 1]
+    assert GPU.objects.get(node__name="n9", index=0).allocated_milli == 1000
+    assert Partition.objects.get(gpu__node__name="n9", gpu__index=0).pod == "team/train"
+    assert AuditEvent.objects.filter(verb="node.created", object_repr="n9").count() == 1
+    watched = snapshot()
+    sync_inventory(cluster, relist=True)
+    assert snapshot() == watched  # what a full relist writes
+
+
 def test_added_and_deleted_nodes_come_through_the_watch_as_a_relist_would_write_them(cluster):
     sync_inventory(cluster)
     cluster.add_gpu_node("n9", product=H100, gpu_count=4, gpu_memory_mib=H100_MIB)
