@@ -8,7 +8,7 @@ What it does, in one process:
 1. Creates a throw-away database with Django's test-database utilities (a temporary SQLite file,
    or `gpuplane_bench_pages_<pid>` on PostgreSQL when DATABASE_URL names one), migrates it, and
    destroys it at the end. The configured (development) database is never touched.
-2. Builds `--nodes` nodes of `--gpus-per-node` GPUs with tests.nodes.factories.make_fleet (bulk
+2. Builds `--nodes` nodes of `--gpus-per-node` GPUs with bench.synthetic_fleet.make_fleet (bulk
    inserts: partitions, allocations, telemetry on 6 of every 7 nodes, some nodes cordoned or
    NotReady) and signs a viewer in.
 3. GETs `/`, `/api/v1/heatmap/` and `/metrics` through Django's test client and the whole stack
@@ -108,9 +108,9 @@ def run(nodes: int, gpus_per_node: int, repeat: int, browser: bool = False, scre
     from django.test.utils import CaptureQueriesContext, override_settings
     from django.utils import timezone
 
+    from bench.synthetic_fleet import make_fleet
     from gpuplane.roles import VIEWER
     from nodes.fleet import CACHE_ALIAS
-    from tests.nodes.factories import make_fleet
 
     settings.DEBUG = False
     # One connection for the whole run, as a server with persistent connections keeps (and so the

@@ -91,9 +91,9 @@ def run(gpus: int, seconds: int, render_gpus: int, seed: int = 42) -> dict[str, 
     from django.core.wsgi import get_wsgi_application
     from django.db import connection
 
+    from bench.prometheus_server import instant, running_prometheus, scrape_config
     from nodes.collectors.simulated import SimulatedCollector
     from nodes.telemetry.poll import store_poll
-    from tests.nodes.prometheus_server import instant, running_prometheus, scrape_config
 
     settings.DEBUG = False
     settings.GPUPLANE_PROMETHEUS_URL = "http://prometheus.bench.invalid"  # the store: the poll keeps latest values only

@@ -4,13 +4,14 @@
   inside a function, not even for type checking.
 - the apps never import the project's top layer (the dashboard views, the URLconf, the API glue);
   of gpuplane they use only its base modules.
+- nothing outside tests/ imports tests (a benchmark runs without the test package).
 """
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
 
-from tests.architecture.graph import project_graph
+from tests.architecture.graph import PROJECT_PACKAGES, project_graph
 
 APPS = ("nodes", "scheduler", "lifecycle", "rollouts", "savings")
 GPUPLANE_TOP_LAYER = ("gpuplane.views", "gpuplane.urls", "gpuplane.api")
@@ -91,3 +92,10 @@ def test_only_the_top_layer_imports_rollouts():
     bad = [line for app in ("nodes", "scheduler", "lifecycle")
            for line in _imports_of(app, lambda name: _within(name, ("rollouts",)))]
     assert bad == [], "nodes, scheduler and lifecycle must not depend on rollouts:\n" + "\n".join(bad)
+
+
+def test_only_the_tests_import_tests():
+    # What tests and benchmarks share (a Prometheus process, a fleet loader) lives in bench/ or the apps.
+    bad = [line for package in PROJECT_PACKAGES if package != "tests"
+           for line in _imports_of(package, lambda name: _within(name, ("tests",)))]
+    assert bad == [], "only tests/ may import tests:\n" + "\n".join(bad)

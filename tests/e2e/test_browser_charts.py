@@ -114,7 +114,7 @@ def test_a_silent_node_fills_its_charts_without_a_reload(page: Page, live_server
 def test_a_prometheus_that_is_down_shows_an_empty_chart_with_the_reason(
     page: Page, live_server, viewer_user, fleet, settings, tmp_path: Path
 ):
-    from tests.nodes.prometheus_server import free_port
+    from bench.prometheus_server import free_port
 
     settings.GPUPLANE_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"  # the store, and nothing listens there
     base = live_server.url

@@ -1,6 +1,6 @@
 """The overview at issue 11's size in a real browser: 5,000 nodes x 8 GPUs (40,000 GPUs).
 
-Builds the fleet with tests.nodes.factories.make_fleet (bulk inserts, ~20-35 s on the dev VM), signs a
+Builds the fleet with bench.synthetic_fleet.make_fleet (bulk inserts, ~20-35 s on the dev VM), signs a
 viewer in, checks that the page stays under 500 KB and draws one tile per node (not one per GPU),
 then clicks the first tile and finds that node's 8 GPUs on its page. Marked `scale` (and `browser`):
 it runs in `make test`; `-m "not scale"` leaves it out of a quick local run.
@@ -14,8 +14,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
+from bench.synthetic_fleet import make_fleet
 from tests.e2e.accounts import sign_in
-from tests.nodes.factories import make_fleet
 
 pytestmark = [pytest.mark.browser, pytest.mark.scale, pytest.mark.django_db(transaction=True)]
 

@@ -14,10 +14,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from bench.synthetic_fleet import make_fleet
 from lifecycle.audit import record
 from nodes.fleet import cached_per_poll, node_tiles
 from nodes.models import GPU, Node
-from tests.nodes.factories import make_fleet, make_node, make_partition
+from tests.nodes.factories import make_node, make_partition
 
 pytestmark = pytest.mark.django_db
 

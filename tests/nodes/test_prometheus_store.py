@@ -1,6 +1,6 @@
 """Prometheus as the telemetry time-series store (settings.GPUPLANE_PROMETHEUS_URL).
 
-- Against a real Prometheus started by the suite (tests/nodes/prometheus_server.py), scraping
+- Against a real Prometheus started by the suite (bench/prometheus_server.py), scraping
   gpuplane's /metrics/dcgm on the live server every second: polls of known, changing values come
   back from the node and GPU series APIs with exactly those values at their timestamps.
 - With a fake HTTP answer: the PromQL sent, the step and alignment, the DCGM mapping, and a
@@ -21,18 +21,13 @@ import pytest
 import requests
 from django.utils import timezone
 
+from bench.prometheus_server import PROMETHEUS, instant, running_prometheus, scrape_config
 from nodes.collectors.base import GPUReading
 from nodes.models import GPU, GPUSample
 from nodes.telemetry import prometheus
 from nodes.telemetry.poll import store_poll
 from tests.nodes.factories import make_node
-from tests.nodes.prometheus_server import (
-    PROMETHEUS,
-    instant,
-    require_prometheus,
-    running_prometheus,
-    scrape_config,
-)
+from tests.nodes.prometheus_server import require_prometheus
 
 STEP_S = 2  # the poll interval in these tests: Prometheus' step for raw ranges
 POLLS = 5
@@ -273,7 +268,7 @@ def test_a_prometheus_that_cannot_answer_is_a_503_naming_the_reason(fake_prometh
 
 @pytest.mark.django_db(transaction=True)
 def test_a_prometheus_that_is_down_gives_503_and_the_node_page_still_renders(settings, viewer_api, client, viewer):
-    from tests.nodes.prometheus_server import free_port
+    from bench.prometheus_server import free_port
 
     settings.GPUPLANE_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     make_node("n1", gpu_count=1)
