@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from tests.architecture.graph import PROJECT_PACKAGES, project_graph
 
-APPS = ("nodes", "scheduler", "lifecycle", "rollouts", "savings")
+APPS = ("nodes", "scheduler", "lifecycle", "rollouts", "savings", "consolidation")
 GPUPLANE_TOP_LAYER = ("gpuplane.views", "gpuplane.urls", "gpuplane.api")
 GPUPLANE_BASE = (
     "gpuplane.env", "gpuplane.roles", "gpuplane.observability", "gpuplane.celery", "gpuplane.web", "gpuplane.parsers",
@@ -99,3 +99,11 @@ def test_only_the_tests_import_tests():
     bad = [line for package in PROJECT_PACKAGES if package != "tests"
            for line in _imports_of(package, lambda name: _within(name, ("tests",)))]
     assert bad == [], "only tests/ may import tests:\n" + "\n".join(bad)
+
+
+def test_only_the_top_layer_imports_consolidation():
+    # Consolidation moves replicas between nodes (scheduler's services, rollouts' tick lock): it
+    # sits above the apps it uses, which never import it back.
+    bad = [line for app in ("nodes", "scheduler", "lifecycle", "rollouts", "savings")
+           for line in _imports_of(app, lambda name: _within(name, ("consolidation",)))]
+    assert bad == [], "nodes, scheduler, lifecycle, rollouts and savings must not depend on consolidation:\n" + "\n".join(bad)
