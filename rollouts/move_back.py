@@ -7,7 +7,8 @@ replica that was on it to its copy elsewhere. For each copy still running, the r
 
 1. places a new replica of the copy's deployment on this node, through the placement services
    with the decision limited to this node (the replica index chosen and persisted first, as the
-   pre-warm step does, so a crashed tick adopts what it placed instead of placing another);
+   pre-warm step does, so a crashed tick adopts what it placed instead of placing another, and
+   gives back what it only reserved: that index is spent, and a fresh one is placed);
 2. waits until that replica is ready;
 3. only then releases the copy elsewhere.
 
@@ -34,7 +35,7 @@ from rollouts.state import move_node
 from rollouts.steps import ACTIVE_PLACEMENTS, ACTOR, note_waiting, replica_index_for, save_progress
 from scheduler.models import Placement
 from scheduler.services.errors import DeployFailed, NoCapacity
-from scheduler.services.replacing import Finish, finish_replacement, place_replacement
+from scheduler.services.replacing import Finish, finish_replacement, give_back_half_placed, place_replacement
 
 REPLICA_PLACED_BACK = "rolloutnode.replica_placed_back"
 REPLICA_MOVED_BACK = "rolloutnode.replica_moved_back"
@@ -79,6 +80,9 @@ def _place_homes(step: RolloutNode, cluster: ClusterBackend, timed_out: bool) ->
             _stay(step, stays, copy, f"{deployment} not moved back within {settings.ROLLOUT_STEP_TIMEOUT_S} s")
             continue
         index = replica_index_for(step, copy)
+        if give_back_half_placed(deployment, index, cluster=cluster, user=ACTOR,
+                                 reason="reserved by a rollout step that died before its workload was created"):
+            index = replica_index_for(step, copy)  # that index is spent now: a fresh one
         try:  # adopts the replica a tick that died placed before noting it
             home = place_replacement(deployment, index, cluster=cluster, user=ACTOR, node=step.node_name)
         except (NoCapacity, DeployFailed, ValueError) as error:

@@ -17,7 +17,7 @@ from rollouts.creating import create_rollout, validate_request
 from scheduler.choices import PlacementStatus
 from scheduler.models import Deployment
 from scheduler.services import placing
-from tests.rollouts.simulated import MPS_4, mps_cluster, ready_replicas, tick
+from tests.rollouts.simulated import MPS_4, mps_cluster, ready_replicas, started, tick
 from tests.scheduler.inventory import FakeClock, check_invariants
 
 pytestmark = pytest.mark.django_db
@@ -61,5 +61,45 @@ def test_a_copy_reserved_by_a_tick_that_died_before_creating_its_workload_is_giv
     assert [status for _, status in statuses].count(PlacementStatus.RELEASED) == 2
     assert len(statuses) == 3
     assert AuditEvent.objects.filter(verb="rolloutnode.replica_prewarmed").count() == 1
+    assert list(ready_replicas(cluster).values()) == [1]
+    check_invariants()
+
+
+def test_a_replica_placed_back_by_a_tick_that_died_before_creating_its_workload_is_given_back_and_placed_afresh(
+        monkeypatch):
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=2, deployments=1)
+    home = Node.objects.get(placements__isnull=False).name
+    rollout = started(cluster, names=[home], move_back=True)
+    for _ in range(60):
+        tick(cluster, clock)
+        step = rollout.nodes.get()
+        if step.state == NodeState.MOVING_BACK:
+            break
+    assert step.state == NodeState.MOVING_BACK and not step.progress.get("homes")
+
+    def die(*args, **kwargs):
+        raise WorkerKilled("worker killed after the reservation committed")
+
+    monkeypatch.setattr(placing, "_start", die)
+    with pytest.raises(WorkerKilled):
+        tick(cluster, clock)
+    monkeypatch.undo()
+    deployment = Deployment.objects.get()
+    orphan = deployment.placements.get(status=PlacementStatus.RESERVED)
+
+    for _ in range(40):
+        tick(cluster, clock)
+        rollout.refresh_from_db()
+        if rollout.status != RolloutStatus.RUNNING:
+            break
+
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
+    step = rollout.nodes.get()
+    assert "1 workload replica(s) moved back" in step.reason, step.reason  # not kept elsewhere
+    orphan.refresh_from_db()
+    assert orphan.status == PlacementStatus.RELEASED
+    running = deployment.placements.exclude(status=PlacementStatus.RELEASED).select_related("node").get()
+    assert running.node.name == home and running.replica_index > orphan.replica_index
     assert list(ready_replicas(cluster).values()) == [1]
     check_invariants()
