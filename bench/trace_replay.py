@@ -6,6 +6,7 @@
 Prints allocation % of GPU milli at 100 % and 130 % arrived (mean and std over the seeds) and
 the mean time per decision. Every policy runs through scheduler.core's packing code (the filter,
 the scorers and the fragmentation measure), with the seed's shuffled node order breaking ties.
+gpuplane also gets the list's sharing plan (``SharingPlan``: the list is known, its order not).
 ``--jobs`` replays seeds in parallel processes (timings then share the machine).
 """
 from __future__ import annotations
