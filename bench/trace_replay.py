@@ -6,6 +6,7 @@
 Prints allocation % of GPU milli at 100 % and 130 % arrived (mean and std over the seeds) and
 the mean time per decision. Every policy runs through scheduler.core's packing code (the filter,
 the scorers and the fragmentation measure), with the seed's shuffled node order breaking ties.
+gpuplane also gets the list's sharing plan (``SharingPlan``: the list is known, its order not).
 ``--jobs`` replays seeds in parallel processes (timings then share the machine).
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np  # noqa: E402
 from bench.trace_profiles import PROFILE_POLICIES, ProfileReplayer, typical_share_pods  # noqa: E402
 from scheduler.core.fragmentation import typical_pods  # noqa: E402
 from scheduler.core.packing import PackingCluster, PackNode, PackPod  # noqa: E402
+from scheduler.core.packing_plan import SharingPlan  # noqa: E402
 from scheduler.core.packing_policies import POLICIES, choose, class_table  # noqa: E402
 
 NODE_LIST = "openb_node_list_gpu_node.csv"  # looked for next to the pod list by default
@@ -74,6 +76,7 @@ def replay(nodes: list[PackNode], pods: list[PackPod], policy: str, seed: int,
     capacity = cluster.gpu_capacity_milli
     cluster.track(class_table(
         policy, typical_pods((p.cpu_milli, p.gpu_milli, p.gpu_count, p.gpu_models) for p in pods), list(cluster.models)))
+    plan = SharingPlan.build(p.gpu_milli for p in pods if p.sharing) if policy == "gpuplane" else None
     arrived = allocated = 0
     records: list[tuple[float, float]] = []
     elapsed = 0.0
@@ -82,7 +85,7 @@ def replay(nodes: list[PackNode], pods: list[PackPod], policy: str, seed: int,
         start = time.perf_counter()
         # --expressible-only: refuse what the API's core cannot place (``trace_profiles``), so
         # that the packing policies face the profiles' workload.
-        choice = None if expressible_only and pod.gpu_count != 1 else choose(policy, cluster, pod, rng=rng)
+        choice = None if expressible_only and pod.gpu_count != 1 else choose(policy, cluster, pod, rng=rng, plan=plan)
         if choice is not None:
             cluster.place(choice.row, pod, choice.gpus)
         elapsed += time.perf_counter() - start
