@@ -13,7 +13,7 @@ from django.db.models import Count
 from django.views.generic import TemplateView
 
 from gpuplane.web import RoleRequiredMixin
-from nodes.fleet import cached_per_poll, node_tiles
+from nodes.fleet import cached_per_poll, fleet_node_figures, fleet_node_tiles
 from nodes.models import GPU
 from nodes.overview import ClusterOverview, cluster_overview
 from savings.services.summary import savings_summary
@@ -35,9 +35,10 @@ def _rows(pairs: list[tuple[str, int]]) -> list[CountRow]:
 
 
 def _overview_figures() -> tuple[ClusterOverview, list[tuple[str, int]]]:
-    """The overview's cards and its GPUs by model: what the cache keeps."""
+    """The overview's cards (from the per-node figures the node map and /metrics share) and its
+    GPUs by model: what the cache keeps."""
     by_model = GPU.objects.values("model").annotate(n=Count("id")).order_by("-n", "model")
-    return cluster_overview(), [(row["model"] or "Unknown model", row["n"]) for row in by_model]
+    return cluster_overview(fleet_node_figures()), [(row["model"] or "Unknown model", row["n"]) for row in by_model]
 
 
 class OverviewView(RoleRequiredMixin, TemplateView):
@@ -72,7 +73,7 @@ class OverviewView(RoleRequiredMixin, TemplateView):
             idle_utilization_pct=settings.IDLE_UTILIZATION_PCT,
             idle_memory_pct=settings.IDLE_MEMORY_PCT,
             # One tile per node, drawn by static/js/charts.js, which refreshes it from /api/v1/heatmap/.
-            heatmap=cached_per_poll("node-tiles", node_tiles),  # the same entry as the API's
+            heatmap=fleet_node_tiles(),  # the same entry as the API's
             telemetry_interval_s=settings.TELEMETRY_POLL_INTERVAL_S,
             # The headline of /savings/: the dict GET /api/v1/savings/ answers, so the numbers agree.
             savings=savings_summary(),
