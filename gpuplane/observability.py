@@ -323,14 +323,25 @@ class MetricsView(View):
         # several Prometheus servers or a fast scrape interval cost one computation and one
         # encoding per interval). Both are whole metric families, so the texts concatenate; the
         # OpenMetrics end marker goes once, at the end.
-        variant = (
-            content_type, settings.GPUPLANE_METRICS_PER_GPU, settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT,
-            sorted(settings.GPU_PRICE_USD_PER_HOUR.items()),  # the savings gauges' prices
-        )
-        sources = _ScrapeSources(InventoryCollector(), *_registered_collectors)
-        inventory = cached_per_poll("metrics", lambda: encode(encoder, sources), *variant)
+        inventory = inventory_text(request.headers.get("Accept", ""))
         process = encoder(_ScrapeSources(process_registry())).removesuffix(_OPENMETRICS_EOF)
         return HttpResponse(process + inventory, content_type=content_type)
+
+
+# What Prometheus asks for (OpenMetrics) and what a plain client gets (the text format).
+SCRAPE_FORMATS = ("application/openmetrics-text; version=1.0.0", "")
+
+
+def inventory_text(accept: str, *, refresh: bool = False) -> bytes:
+    """The inventory's and registered collectors' metrics, encoded for `accept`, kept per poll
+    (`refresh`: recompute now, nodes.fleet.refresh_per_poll)."""
+    encoder, content_type = choose_encoder(accept)
+    variant = (
+        content_type, settings.GPUPLANE_METRICS_PER_GPU, settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT,
+        sorted(settings.GPU_PRICE_USD_PER_HOUR.items()),  # the savings gauges' prices
+    )
+    sources = _ScrapeSources(InventoryCollector(), *_registered_collectors)
+    return cached_per_poll("metrics", lambda: encode(encoder, sources), *variant, refresh=refresh)
 
 
 class DCGMExpositionView(View):

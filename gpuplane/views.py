@@ -12,10 +12,12 @@ from django.conf import settings
 from django.db.models import Count
 from django.views.generic import TemplateView
 
+from gpuplane.observability import SCRAPE_FORMATS, inventory_text
 from gpuplane.web import RoleRequiredMixin
 from nodes.fleet import cached_per_poll, fleet_node_figures, fleet_node_tiles
 from nodes.models import GPU
 from nodes.overview import ClusterOverview, cluster_overview
+from savings.services.current import current_savings
 from savings.services.summary import savings_summary
 
 
@@ -41,6 +43,21 @@ def _overview_figures() -> tuple[ClusterOverview, list[tuple[str, int]]]:
     return cluster_overview(fleet_node_figures()), [(row["model"] or "Unknown model", row["n"]) for row in by_model]
 
 
+def overview_figures(*, refresh: bool = False) -> tuple[ClusterOverview, list[tuple[str, int]]]:
+    """_overview_figures() kept per poll and idle thresholds (`refresh`: recompute now)."""
+    thresholds = (settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT)
+    return cached_per_poll("overview", _overview_figures, *thresholds, refresh=refresh)
+
+
+def refresh_fleet_pages() -> None:
+    """Recompute the overview's, the savings' and /metrics' per-poll figures (registered with
+    nodes.fleet.register_per_poll by gpuplane.apps, so a poll or a sync refreshes them)."""
+    current_savings(refresh=True)  # before /metrics, whose savings gauges read it
+    overview_figures(refresh=True)
+    for accept in SCRAPE_FORMATS:
+        inventory_text(accept, refresh=True)
+
+
 class OverviewView(RoleRequiredMixin, TemplateView):
     """`/`: cluster summary cards (nodes, GPUs, allocation in GPU-equivalents and memory, GPUs by
     model, allocation by sharing mode), the savings headline and the node map (one tile per node, drilling down to its
@@ -54,8 +71,7 @@ class OverviewView(RoleRequiredMixin, TemplateView):
         # The figures are the same for every viewer: computed once per poll interval (and again
         # whenever the inventory changes), not once per page view. The page itself is rendered per
         # request (its header names the user and carries a CSRF token).
-        thresholds = (settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT)
-        overview, by_model = cached_per_poll("overview", _overview_figures, *thresholds)
+        overview, by_model = overview_figures()
         memory_by_mode = {part.key: part for part in overview.memory_parts}
         allocation_by_mode = {part.key: part for part in overview.allocation_parts}
         context.update(

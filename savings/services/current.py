@@ -113,6 +113,7 @@ def _compute() -> Savings:
     return cluster_savings(gpu_costs())
 
 
-def current_savings() -> Savings:
-    """The savings now: computed once per poll interval and inventory change, shared by every page."""
-    return cached_per_poll("savings", _compute, sorted(settings.GPU_PRICE_USD_PER_HOUR.items()))
+def current_savings(*, refresh: bool = False) -> Savings:
+    """The savings now: computed once per poll interval and inventory change, shared by every page
+    (`refresh`: recompute now, nodes.fleet.refresh_per_poll)."""
+    return cached_per_poll("savings", _compute, sorted(settings.GPU_PRICE_USD_PER_HOUR.items()), refresh=refresh)
