@@ -59,8 +59,8 @@ def _occupied_partitions() -> QuerySet[Partition]:
 
 
 def cluster_savings(costs: dict[str, GPUCost]) -> Savings:
-    """compute_savings(cluster_occupants(), costs), counted by the database: four queries, and
-    one row per (occupant, GPU) pair only for pairs of several partitions."""
+    """compute_savings(cluster_occupants(), costs), counted by the database: four aggregate
+    queries, and a fifth reading the partitions of pairs of several partitions when there are any."""
     occupied = _occupied_partitions()
     baseline: Counter[str] = Counter()
     used: Counter[str] = Counter()
