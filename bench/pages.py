@@ -18,7 +18,11 @@ What it does, in one process:
      interval costs).
    Reported: the median wall and CPU (time.process_time, this process) milliseconds, the
    response's bytes, and the queries of one cold request.
-4. With `--browser`: serves the fleet on a live server thread and, in headless Debian chromium
+4. The poll task's refresh (nodes.fleet.refresh_per_poll: every per-poll figure computed and
+   stored before any request asks), `--repeat` times on an empty cache: median wall and CPU ms,
+   and the overview's CPU ms on the request straight after it (what a request pays when the poll
+   task has refreshed).
+5. With `--browser`: serves the fleet on a live server thread and, in headless Debian chromium
    (/usr/bin/chromium, through Playwright), signs in, waits until the overview has drawn its node
    map, checks it has one tile per node, clicks the first tile and waits for that node's page to
    list its GPUs. Reported: seconds to the drawn map and to the node page (`--screenshot DIR`
@@ -153,6 +157,20 @@ def run(nodes: int, gpus_per_node: int, repeat: int, browser: bool = False, scre
                     "bytes": cold[-1][2],
                     "queries_cold": query_count,
                 }
+            from nodes.fleet import refresh_per_poll
+
+            refreshes, after_refresh = [], []
+            for _ in range(repeat):
+                cache.clear()
+                wall0, cpu0 = time.perf_counter(), time.process_time()
+                refresh_per_poll()
+                refreshes.append(((time.perf_counter() - wall0) * 1000, (time.process_time() - cpu0) * 1000))
+                after_refresh.append(_timed(client, PAGES["overview"])[1])
+            refresh = {
+                "wall_ms": round(statistics.median(r[0] for r in refreshes), 1),
+                "cpu_ms": round(statistics.median(r[1] for r in refreshes), 1),
+                "overview_after_cpu_ms": round(statistics.median(after_refresh), 1),
+            }
             browsed = None
             if browser:
                 from django.contrib.staticfiles.handlers import StaticFilesHandler
@@ -177,6 +195,7 @@ def run(nodes: int, gpus_per_node: int, repeat: int, browser: bool = False, scre
         "repeat": repeat,
         "build_s": round(build_s, 1),
         "pages": figures,
+        "refresh": refresh,
         "browser": browsed,
         "database": database,
         "python": platform.python_version(),
@@ -207,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, row in result["pages"].items():
         print(f"  {name:<14}{row['cold_wall_ms']:>10.1f}{row['cold_cpu_ms']:>13.1f}{row['warm_wall_ms']:>10.1f}"
               f"{row['bytes']:>12,}{row['queries_cold']:>9}")
+    r = result["refresh"]
+    print(f"  poll refresh: {r['wall_ms']:.1f} ms, {r['cpu_ms']:.1f} ms CPU; overview after it {r['overview_after_cpu_ms']:.1f} ms CPU")
     if result["browser"]:
         b = result["browser"]
         print(f"  browser: {b['tiles']:,} tiles drawn {b['overview_drawn_s']} s after sign-in; node page in {b['node_page_s']} s")

@@ -12,10 +12,12 @@ from django.conf import settings
 from django.db.models import Count
 from django.views.generic import TemplateView
 
+from gpuplane.observability import SCRAPE_FORMATS, inventory_text
 from gpuplane.web import RoleRequiredMixin
-from nodes.fleet import cached_per_poll, node_tiles
+from nodes.fleet import cached_per_poll, fleet_node_figures, fleet_node_tiles
 from nodes.models import GPU
 from nodes.overview import ClusterOverview, cluster_overview
+from savings.services.current import current_savings
 from savings.services.summary import savings_summary
 
 
@@ -35,9 +37,25 @@ def _rows(pairs: list[tuple[str, int]]) -> list[CountRow]:
 
 
 def _overview_figures() -> tuple[ClusterOverview, list[tuple[str, int]]]:
-    """The overview's cards and its GPUs by model: what the cache keeps."""
+    """The overview's cards (from the per-node figures the node map and /metrics share) and its
+    GPUs by model: what the cache keeps."""
     by_model = GPU.objects.values("model").annotate(n=Count("id")).order_by("-n", "model")
-    return cluster_overview(), [(row["model"] or "Unknown model", row["n"]) for row in by_model]
+    return cluster_overview(fleet_node_figures()), [(row["model"] or "Unknown model", row["n"]) for row in by_model]
+
+
+def overview_figures(*, refresh: bool = False) -> tuple[ClusterOverview, list[tuple[str, int]]]:
+    """_overview_figures() kept per poll and idle thresholds (`refresh`: recompute now)."""
+    thresholds = (settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT)
+    return cached_per_poll("overview", _overview_figures, *thresholds, refresh=refresh)
+
+
+def refresh_fleet_pages() -> None:
+    """Recompute the overview's, the savings' and /metrics' per-poll figures (registered with
+    nodes.fleet.register_per_poll by gpuplane.apps, so a poll or a sync refreshes them)."""
+    current_savings(refresh=True)  # before /metrics, whose savings gauges read it
+    overview_figures(refresh=True)
+    for accept in SCRAPE_FORMATS:
+        inventory_text(accept, refresh=True)
 
 
 class OverviewView(RoleRequiredMixin, TemplateView):
@@ -53,8 +71,7 @@ class OverviewView(RoleRequiredMixin, TemplateView):
         # The figures are the same for every viewer: computed once per poll interval (and again
         # whenever the inventory changes), not once per page view. The page itself is rendered per
         # request (its header names the user and carries a CSRF token).
-        thresholds = (settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT)
-        overview, by_model = cached_per_poll("overview", _overview_figures, *thresholds)
+        overview, by_model = overview_figures()
         memory_by_mode = {part.key: part for part in overview.memory_parts}
         allocation_by_mode = {part.key: part for part in overview.allocation_parts}
         context.update(
@@ -72,7 +89,7 @@ class OverviewView(RoleRequiredMixin, TemplateView):
             idle_utilization_pct=settings.IDLE_UTILIZATION_PCT,
             idle_memory_pct=settings.IDLE_MEMORY_PCT,
             # One tile per node, drawn by static/js/charts.js, which refreshes it from /api/v1/heatmap/.
-            heatmap=cached_per_poll("node-tiles", node_tiles),  # the same entry as the API's
+            heatmap=fleet_node_tiles(),  # the same entry as the API's
             telemetry_interval_s=settings.TELEMETRY_POLL_INTERVAL_S,
             # The headline of /savings/: the dict GET /api/v1/savings/ answers, so the numbers agree.
             savings=savings_summary(),

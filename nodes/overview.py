@@ -6,7 +6,8 @@ replica 1/R, a weighted share its percentage) and in GB of memory, and partition
 per kind, each in its own unit ("3 of 32 time-slice replicas"). Idle and allocated GPUs are
 counted by the rules /metrics counts by (nodes.summaries.is_idle / is_allocated, in SQL as
 idle_filter / allocated_filter), so the page and gpuplane_gpus_idle / gpuplane_gpus_allocated
-agree. Five queries whatever the size, all counted and summed by the database: no row per GPU.
+agree. Four queries whatever the size (nodes, their GPUs summed per node, GPUs without
+partitions, partition groups), all counted and summed by the database: no row per GPU.
 """
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Sum
 
 from nodes.figures import format_gb, format_number, gpu_equivalent, largest_remainder
+from nodes.fleet import NodeFigures, node_figures
 from nodes.holds import occupied_partition_filter
-from nodes.models import GPU, Node, Partition
-from nodes.summaries import allocated_filter, idle_filter, node_state
+from nodes.models import GPU, Partition
 from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
 
 # What one partition of each kind is called, singular and plural, in a per-kind count.
@@ -106,33 +107,30 @@ def _partitions_note(allocation: ModeAllocation) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _NodeFlags:
-    ready: bool
-    cordoned: bool
+# What the cards sum over the nodes.
+_TOTALS = ("gpus", "allocated", "idle", "reporting", "utilization_sum", "power_n", "power_w")
 
 
-def cluster_overview() -> ClusterOverview:
-    """The overview's figures from the inventory's rows: nodes, GPUs (one plain row each, for the
-    counts /metrics shares) and partitions counted by the database per mode, kind and size."""
+def cluster_overview(figures: list[NodeFigures] | None = None) -> ClusterOverview:
+    """The overview's figures from the inventory's rows: nodes and GPUs summed from the per-node
+    figures (nodes.fleet.node_figures, the ones /metrics and the node map add up; read here when
+    not passed in) and partitions counted by the database per mode, kind and size."""
     mode_labels = dict(SharingMode.choices())
-    nodes = [_NodeFlags(ready, cordoned) for ready, cordoned in Node.objects.order_by().values_list("ready", "cordoned")]
-    # The counts /metrics shares, by the same rules in SQL (is_allocated, is_idle); sums by mode too.
-    figures = GPU.objects.aggregate(
-        gpus=Count("id"), allocated=Count("id", filter=allocated_filter()), idle=Count("id", filter=idle_filter()),
-        reporting=Count("utilization_pct"), utilization=Sum("utilization_pct"),
-        powered=Count("power_w"), power=Sum("power_w"),
-    )
+    nodes = node_figures() if figures is None else figures
+    # The counts /metrics shares, by the same rules (is_allocated, is_idle, counted in SQL per node).
+    figures_total = {key: sum(getattr(node, key) for node in nodes) for key in _TOTALS}
     by_mode: dict[str, ModeAllocation] = {}
     mig_on = 0
-    per_mode = GPU.objects.values("node__sharing_mode").annotate(
-        n=Count("id"), memory=Sum("memory_mib"), allocated_memory=Sum("allocated_memory_mib"),
-        mig_on=Count("id", filter=Q(mig_enabled=True)),
-    ).order_by()
-    for row in per_mode:
-        mode = row["node__sharing_mode"]
-        by_mode[mode] = ModeAllocation(mode, row["n"], memory_mib=row["memory"], memory_allocated_mib=row["allocated_memory"])
-        mig_on += row["mig_on"] if mode == SharingMode.MIG else 0
+    for node in nodes:
+        if not node.gpus:
+            continue
+        allocation = by_mode.get(node.sharing_mode)
+        if allocation is None:
+            allocation = by_mode[node.sharing_mode] = ModeAllocation(node.sharing_mode)
+        allocation.gpus += node.gpus
+        allocation.memory_mib += node.memory_mib
+        allocation.memory_allocated_mib += node.allocated_memory_mib
+        mig_on += node.mig_on if node.sharing_mode == SharingMode.MIG else 0
     # A GPU without partition rows: its own counter is all there is.
     unpartitioned = GPU.objects.filter(partitions__isnull=True).values("node__sharing_mode").annotate(
         milli=Sum("allocated_milli")
@@ -150,9 +148,9 @@ def cluster_overview() -> ClusterOverview:
         allocation.partitions_used[kind] += group["used"]
         allocation.gpu_equivalents += gpu_equivalent(kind, group["share_milli"], group["mig_profile"]) * group["used"]
     modes = sorted(by_mode.values(), key=lambda a: (-a.gpus, a.mode))
-    gpus_total = figures["gpus"]
+    gpus_total = figures_total["gpus"]
 
-    state_counts = Counter(node_state(node) for node in nodes)
+    state_counts = Counter(node.state for node in nodes)
     node_parts = [
         Part(label, str(state_counts[state]), _pct(state_counts[state], len(nodes)), note, state)
         for state, label, note in (
@@ -166,7 +164,7 @@ def cluster_overview() -> ClusterOverview:
              f"{mig_on} with MIG on, {a.gpus - mig_on} whole" if a.mode == SharingMode.MIG else "", a.mode)
         for a in modes
     ]
-    allocated_n, idle_n = figures["allocated"], figures["idle"]
+    allocated_n, idle_n = figures_total["allocated"], figures_total["idle"]
     use_parts = [
         Part("With work allocated", str(allocated_n), _pct(allocated_n, gpus_total), key="allocated"),
         Part("Nothing allocated", str(gpus_total - allocated_n), _pct(gpus_total - allocated_n, gpus_total), key="unallocated"),
@@ -200,10 +198,10 @@ def cluster_overview() -> ClusterOverview:
         mode_parts=mode_parts,
         use_parts=use_parts,
         idle_parts=idle_parts,
-        reporting_gpus=figures["reporting"],
-        power_gpus=figures["powered"],
-        power_w=figures["power"] if figures["powered"] else None,
-        mean_utilization_pct=figures["utilization"] / figures["reporting"] if figures["reporting"] else None,
+        reporting_gpus=figures_total["reporting"],
+        power_gpus=figures_total["power_n"],
+        power_w=figures_total["power_w"] if figures_total["power_n"] else None,
+        mean_utilization_pct=figures_total["utilization_sum"] / figures_total["reporting"] if figures_total["reporting"] else None,
         allocated_gpu_equivalents=format_number(sum(shown_equivalents, Fraction(0)), 2),
         allocated_pct=_pct(total_equivalents, gpus_total),
         allocation_parts=allocation_parts,

@@ -13,6 +13,7 @@ from django.conf import settings
 
 from lifecycle.locks import claim_slot, interval_slot, single_run
 from nodes.collectors.backends import get_collector
+from nodes.fleet import refresh_per_poll
 from nodes.inventory.sync import sync_inventory
 from nodes.telemetry.poll import store_poll
 from nodes.telemetry.rollup import rollup_and_expire
@@ -39,13 +40,26 @@ def sync_inventory_task() -> dict[str, Any]:
     would wait on the first's row locks, then redo the same work, or on a fresh cluster both
     would insert the same nodes), so a run first takes a `single_run` lock (lifecycle.locks); a
     run that finds it taken returns {"skipped": True} at once. ClusterError propagates: the run
-    fails visibly and the next beat tick retries.
+    fails visibly and the next beat tick retries. A sync that changed something then refreshes
+    the fleet pages' per-poll figures (nodes.fleet.refresh_per_poll).
     """
     with single_run(SYNC_LOCK_KEY, ttl_s=SYNC_LOCK_TTL_S) as acquired:
         if not acquired:
             logger.info("inventory sync skipped: another sync is still running")
             return {"skipped": True, "reason": "another inventory sync is running"}
-        return sync_inventory().as_dict()
+        report = sync_inventory()
+    if report.changed:  # a new audit event: the pages' figures are cold until computed again
+        _refresh_pages("inventory sync")
+    return report.as_dict()
+
+
+def _refresh_pages(after: str) -> None:
+    """Compute the fleet pages' per-poll figures now (nodes.fleet.refresh_per_poll), so that no
+    request pays for them; a failure is logged and leaves the pages to compute them themselves."""
+    try:
+        refresh_per_poll()
+    except Exception:  # the poll or sync itself succeeded: do not fail it for its pages
+        logger.exception("refreshing the fleet pages' figures after the %s failed", after)
 
 
 # --- Telemetry (DESIGN.md section 8) ---------------------------------------------------------
@@ -84,7 +98,9 @@ def poll_metrics_task() -> dict[str, Any]:
     out is `nodes.telemetry.readings.store_readings`'s policy. CollectorUnavailable propagates: the
     run fails visibly in the worker log and the next slot tries again. Summary: the PollReport's
     keys (source, readings, stored, duplicates, unknown_gpus, empty, rejected, shards,
-    failed_shards, lost), then slot.
+    failed_shards, lost), then slot. After storing, it refreshes the fleet pages' per-poll figures
+    (nodes.fleet.refresh_per_poll), so the overview and /metrics show the new readings at once
+    and no request pays for computing them.
     """
     interval_s = settings.TELEMETRY_POLL_INTERVAL_S
     slot = interval_slot(interval_s)
@@ -101,6 +117,7 @@ def poll_metrics_task() -> dict[str, Any]:
             logger.info("telemetry poll skipped: the previous poll is still running")
             return {"skipped": True, "reason": "previous poll still running", "slot": slot}
         report = store_poll(collector.collect(), source=collector.name, shard_nodes=settings.TELEMETRY_POLL_SHARD_NODES)
+    _refresh_pages("telemetry poll")
     summary = report.as_dict()
     summary["slot"] = slot
     if report.failed_shards:

@@ -29,7 +29,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gpuplane.strict_input import StrictQueryParametersMixin
-from nodes.fleet import cached_per_poll, node_tiles
+from nodes.fleet import fleet_node_tiles
 from nodes.models import GPU, Node
 from nodes.telemetry import prometheus
 from nodes.telemetry import series as database
@@ -236,4 +236,4 @@ class HeatmapView(StrictQueryParametersMixin, APIView):
 
     @extend_schema(operation_id="heatmap_retrieve", responses={200: HeatmapSerializer})
     def get(self, request: Request) -> Response:
-        return Response(cached_per_poll("node-tiles", node_tiles))
+        return Response(fleet_node_tiles())

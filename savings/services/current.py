@@ -1,5 +1,5 @@
 """The cluster's savings now: its occupants read from the inventory, priced, and computed by
-scheduler.core.savings.
+scheduler.core.savings's rules.
 
 Occupants are read from the occupied partitions (one query): a partition held by a gpuplane
 placement belongs to that replica, one used by a pod the inventory found belongs to that pod, and
@@ -7,16 +7,23 @@ a GPU with something allocated but no partition rows is one occupant on its own 
 counted on whole GPUs, so it never claims a saving). The GPU-equivalents are nodes.figures', so
 `allocated_gpu_equivalents` equals the overview's allocation total.
 
+`cluster_savings()` counts the same figures in SQL (what every page uses): a partition's share is
+at most one GPU (share_milli <= 1000, a MIG profile at most 7/7), so an occupant holding a single
+partition on a GPU counts one baseline GPU there, and only the (occupant, GPU) pairs with several
+partitions (MIG instances or MPS slots of one pod on one GPU) are read row by row to add their
+shares up. `cluster_occupants()` + `compute_savings` is the reference it is tested against.
+
 The result is kept per telemetry poll and until the inventory or allocation changes
 (nodes.fleet.cached_per_poll), so the API, the overview, the savings page and /metrics show
 the same figures.
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from fractions import Fraction
 
 from django.conf import settings
+from django.db.models import Case, CharField, Count, F, QuerySet, Sum, Value, When
 
 from nodes.figures import gpu_equivalent
 from nodes.fleet import cached_per_poll
@@ -24,7 +31,7 @@ from nodes.gpu_costs import gpu_prices
 from nodes.holds import occupied_partition_filter, with_holder_id
 from nodes.models import GPU, Partition
 from nodes.vocabulary import SHARE_MILLI_FULL
-from scheduler.core.savings import GPUCost, Holding, Occupant, Savings, compute_savings
+from scheduler.core.savings import GPUCost, Holding, ModelSavings, Occupant, Savings
 
 
 def cluster_occupants() -> list[Occupant]:
@@ -43,15 +50,70 @@ def cluster_occupants() -> list[Occupant]:
     return [Occupant(key, tuple(held)) for key, held in holdings.items()]
 
 
+def _occupied_partitions() -> QuerySet[Partition]:
+    """Occupied partitions annotated with their occupant: `holder_id`, and `pod_key`, the pod
+    only where no holder holds the partition (a held partition is its holder's, whatever pod)."""
+    return with_holder_id(Partition.objects.filter(occupied_partition_filter())).annotate(
+        pod_key=Case(When(holder_id__isnull=True, then=F("pod")), default=Value(""), output_field=CharField())
+    ).order_by()
+
+
+def cluster_savings(costs: dict[str, GPUCost]) -> Savings:
+    """compute_savings(cluster_occupants(), costs), counted by the database: four aggregate
+    queries, and a fifth reading the partitions of pairs of several partitions when there are any."""
+    occupied = _occupied_partitions()
+    baseline: Counter[str] = Counter()
+    used: Counter[str] = Counter()
+    for row in occupied.values("gpu__model").annotate(n=Count("id"), gpus=Count("gpu", distinct=True)):
+        baseline[row["gpu__model"]] += row["n"]  # one per partition, corrected below for pairs of several
+        used[row["gpu__model"]] += row["gpus"]
+    several = occupied.values("holder_id", "pod_key", "gpu_id").annotate(n=Count("id")).filter(n__gt=1)
+    pairs = {(row["holder_id"], row["pod_key"], row["gpu_id"]) for row in several}
+    if pairs:
+        shares: dict[tuple[object, str, int], Fraction] = defaultdict(Fraction)
+        models: dict[tuple[object, str, int], str] = {}
+        rows = occupied.filter(gpu_id__in={gpu_id for _, _, gpu_id in pairs}).values_list(
+            "holder_id", "pod_key", "gpu_id", "gpu__model", "kind", "share_milli", "mig_profile"
+        )
+        counts: Counter[tuple[object, str, int]] = Counter()
+        for holder_id, pod_key, gpu_id, model, kind, share_milli, mig_profile in rows:
+            pair = (holder_id, pod_key, gpu_id)
+            shares[pair] += gpu_equivalent(kind, share_milli, mig_profile)
+            models[pair] = model
+            counts[pair] += 1
+        for pair in pairs:
+            # ceil(share), at least 1 (as compute_savings), instead of one per partition.
+            share = shares[pair]
+            baseline[models[pair]] -= counts[pair] - max(1, -(-share.numerator // share.denominator))
+    equivalents = sum(
+        (gpu_equivalent(row["kind"], row["share_milli"], row["mig_profile"]) * row["n"]
+         for row in occupied.values("kind", "share_milli", "mig_profile").annotate(n=Count("id"))),
+        Fraction(0),
+    )
+    # A GPU with something allocated but no partition rows: one occupant holding one GPU.
+    unpartitioned = GPU.objects.filter(partitions__isnull=True).exclude(allocated_milli=0, allocated_memory_mib=0)
+    for row in unpartitioned.values("model").annotate(n=Count("id"), milli=Sum("allocated_milli")).order_by():
+        baseline[row["model"]] += row["n"]
+        used[row["model"]] += row["n"]
+        equivalents += Fraction(row["milli"] or 0, SHARE_MILLI_FULL)
+    zero = GPUCost(0.0, 0.0)
+    by_model = tuple(
+        ModelSavings(model, baseline[model], used[model], costs.get(model, zero).usd_per_hour, costs.get(model, zero).power_w)
+        for model in sorted(baseline)
+    )
+    return Savings(sum(baseline.values()), equivalents, sum(used.values()), by_model)
+
+
 def gpu_costs() -> dict[str, GPUCost]:
     """Price and power of each catalog model, as the calculator takes them."""
     return {key: GPUCost(price.usd_per_hour, price.power_w) for key, price in gpu_prices().items()}
 
 
 def _compute() -> Savings:
-    return compute_savings(cluster_occupants(), gpu_costs())
+    return cluster_savings(gpu_costs())
 
 
-def current_savings() -> Savings:
-    """The savings now: computed once per poll interval and inventory change, shared by every page."""
-    return cached_per_poll("savings", _compute, sorted(settings.GPU_PRICE_USD_PER_HOUR.items()))
+def current_savings(*, refresh: bool = False) -> Savings:
+    """The savings now: computed once per poll interval and inventory change, shared by every page
+    (`refresh`: recompute now, nodes.fleet.refresh_per_poll)."""
+    return cached_per_poll("savings", _compute, sorted(settings.GPU_PRICE_USD_PER_HOUR.items()), refresh=refresh)

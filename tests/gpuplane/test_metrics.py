@@ -177,9 +177,12 @@ def test_it_answers_for_an_empty_inventory(client):
 def test_it_reads_the_database_in_a_fixed_number_of_queries(client, fleet, django_assert_max_num_queries):
     for n in range(5):
         make_node(f"extra-{n}", gpu_count=8)
-    # Nodes, GPUs and the newest audit event (the cache key); the savings gauges (savings.metrics):
-    # their own cache key, the occupied partitions and the GPUs without partitions.
-    with django_assert_max_num_queries(6):
+    # The newest audit event (the cache key), twice: the scrape's entry and the per-node figures'
+    # (nodes.fleet.node_figures), then nodes and GPUs summed per node; the savings gauges
+    # (savings.services.current.cluster_savings): their own cache key, the occupied partitions
+    # per model, the (occupant, GPU) pairs of several partitions, the partitions per shape and the
+    # GPUs without partitions.
+    with django_assert_max_num_queries(9):
         response = client.get("/metrics")
 
     # A fast error page must not pass for a cheap scrape: the figures cover the added nodes.

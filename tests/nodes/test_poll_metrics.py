@@ -84,6 +84,24 @@ def test_it_stores_one_sample_per_gpu_and_sets_the_latest_values(monkeypatch):
 
 
 @pytest.mark.django_db
+def test_after_storing_it_refreshes_the_fleet_pages_and_a_failed_refresh_fails_nothing(monkeypatch, settings):
+    make_node("h100-node-1", gpu_count=1)
+    use_collector(monkeypatch, SimulatedCollector(seed=3, clock=lambda: timezone.now() - timedelta(seconds=5)))
+    stored_when_refreshed: list[int] = []
+    monkeypatch.setattr(tasks, "refresh_per_poll", lambda: stored_when_refreshed.append(GPUSample.objects.count()))
+    assert poll_metrics_task.apply().get()["stored"] == 1
+    assert stored_when_refreshed == [1]  # after the readings were stored
+
+    def failing() -> None:
+        raise RuntimeError("cache down")
+
+    monkeypatch.setattr(tasks, "refresh_per_poll", failing)
+    next_slot(settings)
+    result = poll_metrics_task.apply()
+    assert result.successful() and result.get()["readings"] == 1
+
+
+@pytest.mark.django_db
 def test_unknown_gpus_empty_readings_and_refused_values_are_left_out_and_counted(monkeypatch):
     make_node("n1", gpu_count=3)
     now = timezone.now().replace(microsecond=0)

@@ -97,3 +97,15 @@ def test_a_real_worker_runs_the_sync_sent_through_redis(cluster):
 
     assert GPU.objects.filter(node__name="h100-node-1").count() == 2
     assert Node.objects.get(name="h100-node-1").gpu_model == "H100-SXM5-80GB"
+
+
+@pytest.mark.django_db
+def test_a_sync_that_changed_something_refreshes_the_fleet_pages(cluster, monkeypatch):
+    from nodes import tasks
+
+    refreshed: list[bool] = []
+    monkeypatch.setattr(tasks, "refresh_per_poll", lambda: refreshed.append(True))
+    assert sync_inventory_task.apply().get()["changed"] is True
+    assert refreshed == [True]
+    assert sync_inventory_task.apply().get()["changed"] is False
+    assert refreshed == [True]  # nothing changed: the figures under the same audit mark are still right
