@@ -20,6 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
 
 from nodes.vocabulary import SHARE_MILLI_FULL
 from scheduler.adapters import InventorySnapshot, PartitionClaim, partition_claims
@@ -92,15 +93,41 @@ def _observed_workload(data: dict[str, Any]) -> None:
     args = {name: dict(value) for name, value in dict(data.get("plugin_args") or {}).items()}
     if "typical_pods" in args.get("FragmentationGradient", {}):
         return
+    observed = _observed_typical_pods()
+    if observed is not None:
+        args["FragmentationGradient"] = {**args.get("FragmentationGradient", {}), "typical_pods": observed}
+        data["plugin_args"] = args
+
+
+# The live workload's typical pods, per process, for this long: reading every live placement
+# on each deploy grew with the fleet's use, and a workload's mix moves slowly (a new mix also
+# means building a new Scheduler). Inside a transaction (tests, callers that wrote) it is read.
+OBSERVED_WORKLOAD_TTL_S = 30.0
+_OBSERVED: tuple[float, list[dict[str, Any]] | None] | None = None
+_clock = time.monotonic
+
+
+def _observed_typical_pods() -> list[dict[str, Any]] | None:
+    global _OBSERVED
+    cached = not connection.in_atomic_block
+    now = _clock()
+    if cached and _OBSERVED is not None and now - _OBSERVED[0] < OBSERVED_WORKLOAD_TTL_S:
+        return _OBSERVED[1]
     from scheduler.choices import PlacementStatus
     from scheduler.models import Placement
 
     live = Placement.objects.filter(node__isnull=False).exclude(
         status__in=(PlacementStatus.RELEASED, PlacementStatus.FAILED))
     observed = observed_typical_pods((share, len(gpus)) for share, gpus in live.values_list("share_milli", "gpu_indexes"))
-    if observed is not None:
-        args["FragmentationGradient"] = {**args.get("FragmentationGradient", {}), "typical_pods": observed}
-        data["plugin_args"] = args
+    if cached:
+        _OBSERVED = (now, observed)
+    return observed
+
+
+def forget_observed_workload() -> None:
+    """Read the live workload again on the next decision."""
+    global _OBSERVED
+    _OBSERVED = None
 
 
 @dataclass

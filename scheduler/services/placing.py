@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, transaction
@@ -27,6 +27,7 @@ from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError
 from scheduler.adapters import InventorySnapshot, build_snapshot, namespace_quota
 from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
+from scheduler.core import Scheduler
 from scheduler.core.wording import counted
 from scheduler.models import Decision, Deployment, Placement
 from scheduler.services import snapshots
@@ -127,10 +128,16 @@ def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Seque
     decision limited to ``nodes`` (a snapshot of those nodes alone).
     """
     scheduler = placement_scheduler()
-    new = deployment.pk is None
     cached = nodes is None and snapshots.usable()
-    if cached:
-        snapshots.SNAPSHOTS.prepare()
+    with snapshots.SNAPSHOTS.turn() if cached else nullcontext():
+        if cached:
+            snapshots.SNAPSHOTS.prepare()
+        return _attempts(deployment, spec, indexes, user, nodes, scheduler, cached=cached)
+
+
+def _attempts(deployment: Deployment, spec: DeploySpec, indexes: Sequence[int], user: Any,
+              nodes: list[str] | None, scheduler: Scheduler, *, cached: bool) -> tuple[list[Placement], dict[int, int]]:
+    new = deployment.pk is None
     last_conflict = ""
     for attempt in range(1, MAX_ATTEMPTS + 1):
         reserved = False
