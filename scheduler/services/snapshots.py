@@ -215,7 +215,10 @@ class SnapshotCache:
         if not snapshot_triggers.installed(connection):
             return
         with self._lock:
-            if self.inventory is not None and self._refresh(False, rebuild=False) is not None:
+            if self.inventory is None:  # nothing to decide on meanwhile: deploys wait for this build
+                self.refresh()
+                return
+            if self._refresh(False, rebuild=False) is not None:
                 return
         changes = read_changes(2**62, ())
         inventory = build_snapshot(snapshot_class=TrackedSnapshot)
