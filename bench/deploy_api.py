@@ -163,6 +163,10 @@ def run_concurrent(port: int, token: str, count: int, clients: int) -> tuple[lis
     barrier = threading.Barrier(clients + 1)
 
     def work(index: int, client: Client) -> None:
+        # Each client's first request may be a worker's first (views imported, snapshot built
+        # at boot): steady state is what users wait for, as in the sequential warm-up.
+        client.deploy(f"con-warm-up-{index}")
+        client.results.clear()
         barrier.wait()
         for number in range(index, count, clients):
             client.deploy(f"con-{number}")

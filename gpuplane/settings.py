@@ -85,12 +85,10 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gpuplane.sqlite3'}"),
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0, minimum=0),
-    )
-}
+_DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gpuplane.sqlite3'}")
+# PostgreSQL: a connection per request (new backend, cold caches) cost a deploy ~25 ms.
+_CONN_MAX_AGE = env_int("DATABASE_CONN_MAX_AGE", 0 if _DATABASE_URL.startswith("sqlite") else 60, minimum=0)
+DATABASES = {"default": dj_database_url.parse(_DATABASE_URL, conn_max_age=_CONN_MAX_AGE, conn_health_checks=True)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web, worker and beat share the file: wait for locks instead of failing at once, and take
     # the write lock when a transaction starts so that a read-then-write cannot deadlock.
@@ -295,6 +293,8 @@ SCHEDULER_PROFILES: dict[str, dict] = {}
 SCHEDULER_CLASSIFICATION: dict = {}
 # A stored decision keeps this many best-scored nodes (plus counts of rejected nodes per reason).
 DECISION_MATRIX_TOP_K = env_int("GPUPLANE_DECISION_MATRIX_TOP_K", 50, minimum=1)
+# Web workers refresh their placement snapshot this often between deploys (0: only in a deploy).
+SNAPSHOT_WARM_INTERVAL_S = env_int("GPUPLANE_SNAPSHOT_WARM_INTERVAL_S", 5, minimum=0)
 DEPLOYMENT_MAX_REPLICAS = env_int("GPUPLANE_DEPLOYMENT_MAX_REPLICAS", 32, minimum=1)
 # A deployment whose workloads are not all ready this long after creation is failed and released.
 DEPLOYMENT_WATCH_TIMEOUT_S = env_int("GPUPLANE_DEPLOYMENT_WATCH_TIMEOUT_S", 600, minimum=10)

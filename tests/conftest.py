@@ -93,6 +93,16 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def fresh_observed_workload():
+    """The live workload's typical pods are cached per process (scheduler.services.deciding)."""
+    from scheduler.services.deciding import forget_observed_workload
+
+    forget_observed_workload()
+    yield
+    forget_observed_workload()
+
+
+@pytest.fixture(autouse=True)
 def isolated_cluster_state(tmp_path, settings):
     """Every test gets its own simulated-cluster state file."""
     settings.GPUPLANE_SIMULATED_STATE = str(tmp_path / "simulated-cluster.json")

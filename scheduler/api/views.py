@@ -84,7 +84,8 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Strict
         except services.DeployFailed as error:
             body = {"detail": error.message, "deployment": error.deployment.pk, "status": error.deployment.status}
             return Response(body, status=status.HTTP_502_BAD_GATEWAY)
-        deployment = self.get_queryset().get(pk=deployment.pk)
+        if "placements" not in getattr(deployment, "_prefetched_objects_cache", {}):
+            deployment = self.get_queryset().get(pk=deployment.pk)  # moved on already (an eager watch)
         return Response(self.get_serializer(deployment).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

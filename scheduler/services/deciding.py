@@ -16,10 +16,12 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
 
 from nodes.vocabulary import SHARE_MILLI_FULL
 from scheduler.adapters import InventorySnapshot, PartitionClaim, partition_claims
@@ -92,15 +94,41 @@ def _observed_workload(data: dict[str, Any]) -> None:
     args = {name: dict(value) for name, value in dict(data.get("plugin_args") or {}).items()}
     if "typical_pods" in args.get("FragmentationGradient", {}):
         return
+    observed = _observed_typical_pods()
+    if observed is not None:
+        args["FragmentationGradient"] = {**args.get("FragmentationGradient", {}), "typical_pods": observed}
+        data["plugin_args"] = args
+
+
+# The live workload's typical pods, per process, for this long: reading every live placement
+# on each deploy grew with the fleet's use, and a workload's mix moves slowly (a new mix also
+# means building a new Scheduler). Inside a transaction (tests, callers that wrote) it is read.
+OBSERVED_WORKLOAD_TTL_S = 30.0
+_OBSERVED: tuple[float, list[dict[str, Any]] | None] | None = None
+_clock = time.monotonic
+
+
+def _observed_typical_pods() -> list[dict[str, Any]] | None:
+    global _OBSERVED
+    cached = not connection.in_atomic_block
+    now = _clock()
+    if cached and _OBSERVED is not None and now - _OBSERVED[0] < OBSERVED_WORKLOAD_TTL_S:
+        return _OBSERVED[1]
     from scheduler.choices import PlacementStatus
     from scheduler.models import Placement
 
     live = Placement.objects.filter(node__isnull=False).exclude(
         status__in=(PlacementStatus.RELEASED, PlacementStatus.FAILED))
     observed = observed_typical_pods((share, len(gpus)) for share, gpus in live.values_list("share_milli", "gpu_indexes"))
-    if observed is not None:
-        args["FragmentationGradient"] = {**args.get("FragmentationGradient", {}), "typical_pods": observed}
-        data["plugin_args"] = args
+    if cached:
+        _OBSERVED = (now, observed)
+    return observed
+
+
+def forget_observed_workload() -> None:
+    """Read the live workload again on the next decision."""
+    global _OBSERVED
+    _OBSERVED = None
 
 
 @dataclass
@@ -110,10 +138,21 @@ class ReplicaPlan:
     replica_index: int
     outcome: str
     decision: ScheduleResult
-    matrix: dict[str, Any]
     message: str
     duration_ms: float
     claims: list[PartitionClaim] = field(default_factory=list)
+    # What the services say over the core's own outcome and message (a hand-over).
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def matrix(self) -> dict[str, Any]:
+        """The stored matrix: the core's ``to_dict()`` plus ``plugins``, the score plugins in
+        profile order (a stored ``weights`` object loses its key order on PostgreSQL). Built
+        when first read, which for a placed replica is after the placement lock is released."""
+        matrix = self.decision.to_dict()
+        matrix["plugins"] = list(self.decision.weights)
+        matrix.update(self.overrides)
+        return matrix
 
 
 def _request(spec: DeploySpec, replica_index: int, quota: QuotaUsage | None) -> PlacementRequest:
@@ -151,9 +190,7 @@ def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler,
     each replica is checked against it with the replicas before it counted as used. A namespace
     with a quota is never handed to the default scheduler, neither for busy nodes nor with
     selection disabled (``NoCapacity``): what that scheduler gives is not charged to the quota
-    (see "Namespace quotas"). Each plan's ``matrix`` is the core's ``Decision.to_dict()`` plus
-    ``plugins``, the score plugins in profile order (a stored ``weights`` object loses its key
-    order on PostgreSQL).
+    (see "Namespace quotas"). Each plan's ``matrix`` is built when first read (``ReplicaPlan``).
 
     A replica that finds no node is explained by ``core.advice.explain_unplaced``: the earlier
     replicas' tentative reservations are released from ``inventory`` (it is not to be used
@@ -168,32 +205,27 @@ def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler,
         request = _request(spec, replica_index, quota)
         decision = scheduler.schedule(request, inventory.snapshot)
         elapsed = time.perf_counter() - started
-        matrix = decision.to_dict()
-        # PostgreSQL's jsonb does not keep key order: keep the profile's plugin order as a list.
-        matrix["plugins"] = list(decision.weights)
         message = decision.message
         if decision.outcome == Outcome.PLACED:
             assert decision.assignment is not None
-            plan = ReplicaPlan(replica_index, DecisionOutcome.PLACED, decision, matrix, message, elapsed * 1000,
+            plan = ReplicaPlan(replica_index, DecisionOutcome.PLACED, decision, message, elapsed * 1000,
                                claims=partition_claims(decision.assignment, inventory.index))
             quota = charge(quota, decision.assignment, spec.memory_mib)  # the next replica sees it as used
         elif decision.outcome == Outcome.DEFAULT_SCHEDULER:  # only when selection is disabled
             if quota is not None:
                 message = (f"namespace {spec.namespace} has a quota, so GPU selection cannot be skipped: the "
                            "default Kubernetes scheduler's choice would not be charged to it")
-                matrix["outcome"] = DecisionOutcome.UNSCHEDULABLE.value
-                matrix["message"] = message
-                raise NoCapacity(message, matrix, replica_index)
-            plan = ReplicaPlan(replica_index, DecisionOutcome.SKIPPED, decision, matrix, message, elapsed * 1000)
+                refused = ReplicaPlan(replica_index, DecisionOutcome.UNSCHEDULABLE, decision, message, elapsed * 1000,
+                                      overrides={"outcome": DecisionOutcome.UNSCHEDULABLE.value, "message": message})
+                raise NoCapacity(message, refused.matrix, replica_index)
+            plan = ReplicaPlan(replica_index, DecisionOutcome.SKIPPED, decision, message, elapsed * 1000)
         elif (spec.allow_default_scheduler and quota is None
               and (busy := _telemetry_rejections(decision, scheduler))):
             message = (f"{message}; handed over to the default Kubernetes scheduler (no node affinity): "
                        f"{nodes_that(busy, 'has', 'have')} the capacity but "
                        f"{'is' if busy == 1 else 'are'} busy by telemetry")
-            matrix["outcome"] = DecisionOutcome.DEFAULT_SCHEDULER.value
-            matrix["message"] = message
-            plan = ReplicaPlan(replica_index, DecisionOutcome.DEFAULT_SCHEDULER, decision, matrix, message,
-                               elapsed * 1000)
+            plan = ReplicaPlan(replica_index, DecisionOutcome.DEFAULT_SCHEDULER, decision, message, elapsed * 1000,
+                               overrides={"outcome": DecisionOutcome.DEFAULT_SCHEDULER.value, "message": message})
         else:
             requests = [_request(spec, index, quota_before) for index in indexes]
             requests[position] = request

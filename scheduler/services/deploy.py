@@ -18,10 +18,11 @@ from lifecycle.transitions import transition
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError
 from scheduler.choices import DeploymentStatus
-from scheduler.models import Deployment
+from scheduler.models import Deployment, Placement
 from scheduler.services.execution import delete_workloads, workload_names
 from scheduler.services.placing import place_replicas, release_all
 from scheduler.services.spec import DeploySpec, validate_spec
+from scheduler.services.watching import watch_runs_inline
 
 
 def deploy(spec: DeploySpec, *, user: Any = None, cluster: ClusterBackend | None = None,
@@ -53,7 +54,15 @@ def _deploy(spec: DeploySpec, *, user: Any, cluster: ClusterBackend | None,
         status=DeploymentStatus.PENDING,
         created_by=user if getattr(user, "is_authenticated", False) else None,
     )
-    place_replicas(deployment, range(spec.replicas), spec=spec, user=user, cluster=cluster, timed=False, nodes=nodes)
+    placements = place_replicas(deployment, range(spec.replicas), spec=spec, user=user, cluster=cluster,
+                                timed=False, nodes=nodes)
+    if not watch_runs_inline():
+        # Nothing moved them on since they were written (an eager watch may have): the caller can
+        # answer with ``deployment.placements.all()`` without reading them again.
+        prefetched = Placement.objects.filter(deployment=deployment)
+        prefetched._result_cache = placements  # what prefetch_related stores
+        prefetched._prefetch_done = True
+        deployment._prefetched_objects_cache = {"placements": prefetched}
     return deployment
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, transaction
@@ -27,6 +27,7 @@ from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError
 from scheduler.adapters import InventorySnapshot, build_snapshot, namespace_quota
 from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
+from scheduler.core import Scheduler
 from scheduler.core.wording import counted
 from scheduler.models import Decision, Deployment, Placement
 from scheduler.services import snapshots
@@ -53,6 +54,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["ACTIVE_PLACEMENT", "next_replica_index", "place_replicas", "release_all", "release_replica"]
 
 MAX_ATTEMPTS = 5
+
+# What a committed reservation hands on: its placements, the plans behind them, node ids by name.
+Reservation = tuple[list[Placement], list[ReplicaPlan], Mapping[str, int]]
 
 
 def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, spec: DeploySpec | None = None,
@@ -88,8 +92,14 @@ def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, sp
             raise ValueError(f"{deployment} already has replicas {sorted(used)}")
     request = spec if spec is not None else spec_of(deployment)
     backend = cluster if cluster is not None else get_cluster()
-    placements, decision_ids = _decide_and_reserve(deployment, request, indexes, user,
-                                                   None if nodes is None else list(nodes))
+    placements, plans, node_pks = _decide_and_reserve(deployment, request, indexes, user,
+                                                      None if nodes is None else list(nodes))
+    try:
+        decision_ids = _record_decisions(deployment, plans, node_pks)
+    except BaseException:
+        _undo(deployment, placements, "placement aborted by an internal error; everything reserved was released",
+              new=new)
+        raise
     return _start(deployment, placements, decision_ids, backend, new=new)
 
 
@@ -114,23 +124,30 @@ def next_replica_index(deployment: Deployment) -> int:
 
 
 def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Sequence[int], user: Any,
-                        nodes: list[str] | None = None) -> tuple[list[Placement], dict[int, int]]:
+                        nodes: list[str] | None = None) -> Reservation:
     """Decide and reserve with bounded retries (see ``capacity``, "Reservation and concurrency");
-    return the placements and their decisions' ids by replica index.
+    return the placements, the plans they were reserved by and the node ids of the snapshot.
 
     Each attempt decides and reserves in one transaction under the exclusive placement lock, on
     this process's snapshot brought up to date after the lock (``snapshots``): deploys of one
-    cluster are serialised, so they do not race each other into retries. Outside writers
+    cluster are serialised, so they do not race each other into retries (the threads of one
+    process queue for the snapshot first, so that the lock's holder never waits for a sibling). Outside writers
     (inventory sync, releases) can still take what was chosen; the conditional claims refuse
     it and the next attempt decides on a refreshed snapshot (the third one rebuilt whole).
     Inside an outer transaction the cache is bypassed (see ``snapshots``), and so it is for a
     decision limited to ``nodes`` (a snapshot of those nodes alone).
     """
     scheduler = placement_scheduler()
-    new = deployment.pk is None
     cached = nodes is None and snapshots.usable()
-    if cached:
-        snapshots.SNAPSHOTS.prepare()
+    with snapshots.SNAPSHOTS.turn() if cached else nullcontext():
+        if cached:
+            snapshots.SNAPSHOTS.prepare()
+        return _attempts(deployment, spec, indexes, user, nodes, scheduler, cached=cached)
+
+
+def _attempts(deployment: Deployment, spec: DeploySpec, indexes: Sequence[int], user: Any,
+              nodes: list[str] | None, scheduler: Scheduler, *, cached: bool) -> Reservation:
+    new = deployment.pk is None
     last_conflict = ""
     for attempt in range(1, MAX_ATTEMPTS + 1):
         reserved = False
@@ -140,11 +157,12 @@ def _decide_and_reserve(deployment: Deployment, spec: DeploySpec, indexes: Seque
                 with _inventory(cached, full=attempt >= 3, nodes=nodes) as inventory:
                     quota = namespace_quota(spec.namespace)
                     plans = decide(spec, inventory, scheduler, quota=quota, replica_indexes=indexes)
-                    reservation = _reserve(deployment, plans, inventory.index.node_pk, user)
+                    node_pks = inventory.index.node_pk
+                    placements = _reserve(deployment, plans, node_pks, user)
                     if quota is not None:
                         check_quota(spec.namespace)
             reserved = True  # committed
-            return reservation
+            return placements, plans, node_pks
         except (CapacityConflict, IntegrityError) as error:
             last_conflict = str(error)
         except OperationalError as error:
@@ -183,9 +201,8 @@ def _forget(deployment: Deployment) -> None:
 
 
 def _reserve(deployment: Deployment, plans: list[ReplicaPlan], node_pks: Mapping[str, int],
-             user: Any) -> tuple[list[Placement], dict[int, int]]:
-    """Store the placements and decisions of ``plans`` and claim their partitions; return the
-    placements and the decisions' ids by replica index (the workloads are labelled with them).
+             user: Any) -> list[Placement]:
+    """Store the placements of ``plans``, claim their partitions and audit it; return the placements.
 
     Saves ``deployment`` first when it is new. Must run inside a transaction; raises
     ``CapacityConflict`` or ``IntegrityError`` when capacity was taken meanwhile (the caller rolls
@@ -217,15 +234,6 @@ def _reserve(deployment: Deployment, plans: list[ReplicaPlan], node_pks: Mapping
         charges[partition_claim.gpu_pk][1] += memory
     charge_gpus(charges)
 
-    decisions = Decision.objects.bulk_create(
-        Decision(
-            deployment=deployment, replica_index=plan.replica_index, outcome=plan.outcome,
-            node_id=node_pks.get(plan.decision.node) if plan.decision.node else None,
-            profile=plan.decision.profile_name, weights=dict(plan.decision.weights), matrix=plan.matrix,
-            message=plan.message, duration_ms=plan.duration_ms,
-        )
-        for plan in plans
-    )
     # object_repr as str(placement) gives it, without loading each placement's node under the lock.
     audit.extend(AuditEntry("placement.reserved", placement, actor=user, reason=plan.message,
                             after=_placement_facts(placement, plan),
@@ -234,9 +242,33 @@ def _reserve(deployment: Deployment, plans: list[ReplicaPlan], node_pks: Mapping
     record_many(audit)
     # No watch is enqueued here: an eager one would run before the workloads exist. A deployment
     # left PENDING by a crash before ``_start`` is found by the sweeper and failed on timeout.
+    return placements
+
+
+def _record_decisions(deployment: Deployment, plans: list[ReplicaPlan], node_pks: Mapping[str, int]) -> dict[int, int]:
+    """Store the decision matrices of ``plans``; return their ids by replica index (the workloads
+    are labelled with them).
+
+    After the reservation's commit, not under the placement lock: a matrix is tens of KB of JSON
+    to build, encode and store (a sixth of the lock's hold at 5,000 nodes), and it explains the
+    reservation without being part of it (the ``placement.reserved`` audit rows are).
+    """
+    decisions = [
+        Decision(
+            deployment=deployment, replica_index=plan.replica_index, outcome=plan.outcome,
+            node_id=node_pks.get(plan.decision.node) if plan.decision.node else None,
+            profile=plan.decision.profile_name, weights=dict(plan.decision.weights), matrix=plan.matrix,
+            message=plan.message, duration_ms=plan.duration_ms,
+        )
+        for plan in plans
+    ]
+    if len(decisions) == 1:
+        decisions[0].save(force_insert=True)  # one INSERT; bulk_create would wrap it in BEGIN/COMMIT
+    else:
+        Decision.objects.bulk_create(decisions)
     if any(d.pk is None for d in decisions):  # pragma: no cover - both supported databases return ids
-        return placements, dict(deployment.decisions.values_list("replica_index", "pk"))
-    return placements, {d.replica_index: d.pk for d in decisions}
+        return dict(deployment.decisions.values_list("replica_index", "pk"))
+    return {d.replica_index: d.pk for d in decisions}
 
 
 def _placement(deployment: Deployment, plan: ReplicaPlan, node_pks: Mapping[str, int]) -> Placement:

@@ -140,7 +140,7 @@ class SnapshotCache:
     """One process's snapshot and where it stands in the change log (see the module docstring)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._clock = clock
         self.inventory: InventorySnapshot | None = None
         self.generation = 0
@@ -151,6 +151,17 @@ class SnapshotCache:
         self._names: dict[int, str] = {}
         self.rebuilds = 0
         self.updates = 0
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        """This thread's turn at the snapshot, held across a whole decision and its commit.
+
+        Taken before the placement lock: the threads of one process queue here, not while
+        holding the cluster-wide lock (where the holder would wait for another thread's
+        ``prepare``).
+        """
+        with self._lock:
+            yield
 
     def invalidate(self) -> None:
         """Forget the snapshot: the next lease rebuilds it."""
@@ -186,25 +197,54 @@ class SnapshotCache:
     def refresh(self, *, full: bool = False) -> InventorySnapshot:
         """Bring the snapshot up to date; the caller holds ``_lock`` (or owns the cache)."""
         try:
-            return self._refresh(full)
+            inventory = self._refresh(full)
+            assert inventory is not None  # rebuilt when it could not be updated
+            return inventory
         except BaseException:
             self.inventory = None  # half updated (a query failed): rebuilt next time
             raise
 
-    def _refresh(self, full: bool) -> InventorySnapshot:
+    def keep_warm(self) -> None:
+        """Bring the snapshot up to date between decisions (the web workers' warmer thread).
+
+        What a decision would apply incrementally is applied here under the lock; a full
+        rebuild (first use, a telemetry poll that changed every node) is built *outside* the
+        lock, so deploys keep deciding on the current snapshot meanwhile, then swapped in and
+        caught up from the log position read before it.
+        """
+        if not snapshot_triggers.installed(connection):
+            return
+        with self._lock:
+            if self.inventory is None:  # nothing to decide on meanwhile: deploys wait for this build
+                self.refresh()
+                return
+            if self._refresh(False, rebuild=False) is not None:
+                return
+        changes = read_changes(2**62, ())
+        inventory = build_snapshot(snapshot_class=TrackedSnapshot)
+        with self._lock:
+            self._install(inventory, changes)
+            try:
+                self._refresh(False, rebuild=False)  # what changed while it was built
+            except BaseException:
+                self.inventory = None
+                raise
+
+    def _refresh(self, full: bool, *, rebuild: bool = True) -> InventorySnapshot | None:
+        """Up to date; None instead of a full rebuild when ``rebuild`` is False."""
         inventory = self.inventory
         if (full or inventory is None or self._clock() - self.refreshed_at > RETENTION.total_seconds() / 2):
-            return self._rebuild()
+            return self._rebuild() if rebuild else None
         changes = read_changes(self.generation, self.pending)
         if changes.newest is None and self.generation:
-            return self._rebuild()  # the log was emptied (flush)
+            return self._rebuild() if rebuild else None  # the log was emptied (flush)
         if changes.newest is not None and (changes.newest < self.generation
                                            or (changes.oldest or 0) > self.generation + 1):
-            return self._rebuild()  # reset, or trimmed past our generation
+            return self._rebuild() if rebuild else None  # reset, or trimmed past our generation
         node_pks = changes.node_pks | {inventory.index.node_pk[name] for name in self.dirty
                                        if name in inventory.index.node_pk}
         if len(node_pks) > REBUILD_SHARE * max(len(inventory.snapshot), 1) or not self._update(inventory, node_pks):
-            return self._rebuild()
+            return self._rebuild() if rebuild else None
         self.generation = max(self.generation, changes.newest or 0)
         self.pending = changes.pending
         self.refreshed_at = self._clock()
@@ -222,14 +262,18 @@ class SnapshotCache:
         # Where the log stands is read before the rows: a change committed in between is re-read.
         changes = read_changes(2**62, ())
         inventory = build_snapshot(snapshot_class=TrackedSnapshot)
+        self._install(inventory, changes)
+        self.dirty.clear()
+        return inventory
+
+    def _install(self, inventory: InventorySnapshot, changes: Changes) -> None:
+        """Make ``inventory``, built from rows read after ``changes``, the snapshot."""
         self.generation, self.pending = changes.newest or 0, changes.pending
         self._keys = _keys_by_node(inventory.index)
         self._names = {pk: name for name, pk in inventory.index.node_pk.items()}
         self.refreshed_at = self._clock()
-        self.dirty.clear()
         self.inventory = inventory
         self.rebuilds += 1
-        return inventory
 
     def _update(self, inventory: InventorySnapshot, node_pks: set[int]) -> bool:
         """Rebuild ``node_pks`` in place; False when the set of nodes changed (rebuild whole)."""

@@ -195,3 +195,25 @@ def test_delete_releases_everything_and_keeps_the_record(operator_api, cluster):
     assert detail["status"] == "deleted"
     assert {p["status"] for p in detail["placements"]} == {"released"}
     assert operator_api.delete(f"/api/v1/deployments/{created['id']}/").status_code == 204  # idempotent
+
+
+def test_the_201_answer_is_what_is_stored_without_reading_it_again(operator_api, cluster, monkeypatch):
+    import importlib
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduler.services import placing
+
+    deploy_module = importlib.import_module("scheduler.services.deploy")  # the package exports the function
+
+    # A broker, not the eager watch: nothing moves the deployment on before the answer.
+    monkeypatch.setattr(deploy_module, "watch_runs_inline", lambda: False)
+    monkeypatch.setattr(placing, "enqueue_watch", lambda deployment_id: None)
+    with CaptureQueriesContext(connection) as queries:
+        response = post(operator_api, replicas=2, labels={"team": "search"})
+    assert response.status_code == 201, response.content
+    last_write = max(i for i, q in enumerate(queries.captured_queries) if q["sql"].startswith(("UPDATE", "INSERT")))
+    reads_after = [q["sql"] for q in queries.captured_queries[last_write + 1:] if q["sql"].startswith("SELECT")]
+    assert reads_after == []
+    assert response.json() == operator_api.get(f"/api/v1/deployments/{response.json()['id']}/").json()

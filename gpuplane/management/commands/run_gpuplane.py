@@ -75,6 +75,8 @@ def process_specs(host: str, port: int, *, embedded_broker: bool, beat_schedule:
                 python, "-m", "gunicorn", "gpuplane.wsgi:application",
                 "--bind", bind_address(host, port),
                 "--workers", "2", "--threads", "4",
+                # Hooks: each worker keeps its placement snapshot warm (scheduler.services.snapshot_warmer).
+                "--config", "python:gpuplane.gunicorn_hooks",
                 # Finish in-flight requests, but well inside the supervisor's stop timeout.
                 "--graceful-timeout", "5",
                 "--access-logfile", "-",

@@ -31,3 +31,27 @@ def test_the_placement_scheduler_uses_the_live_workload(cluster, monkeypatch, se
     monkeypatch.setattr(deciding, "observed_typical_pods",
                         lambda shapes: observed_typical_pods(shapes, minimum=1))
     assert _typical(deciding.placement_scheduler()) == {(500, 1)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_live_workload_is_read_once_per_interval(monkeypatch, django_assert_num_queries):
+    clock = [1000.0]
+    monkeypatch.setattr(deciding, "_clock", lambda: clock[0])
+    with django_assert_num_queries(1):
+        deciding._observed_typical_pods()
+    clock[0] += deciding.OBSERVED_WORKLOAD_TTL_S - 1
+    with django_assert_num_queries(0):
+        deciding._observed_typical_pods()
+    clock[0] += 1
+    with django_assert_num_queries(1):
+        deciding._observed_typical_pods()
+    deciding.forget_observed_workload()
+    with django_assert_num_queries(1):
+        deciding._observed_typical_pods()
+
+
+@pytest.mark.django_db
+def test_inside_a_transaction_it_is_read_every_time(django_assert_num_queries):
+    with django_assert_num_queries(2):
+        deciding._observed_typical_pods()
+        deciding._observed_typical_pods()
