@@ -26,13 +26,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import connection
 from django.db.models import QuerySet, Sum
 
 from nodes.models import GPU, Node, Partition
 from nodes.vocabulary import PartitionKind, SharingMode, Taint
 from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.core import Assignment, ClusterSnapshot, GPUState, NodeState, PartitionState, QuotaUsage
-from scheduler.models import NamespaceQuota, Placement
+from scheduler.models import NamespaceQuota, PartitionHold, Placement
 
 # Occupant names in the snapshot: "placement:<id>" for gpuplane's own, "namespace/pod" for pods.
 PLACEMENT_OCCUPANT = "placement:{id}"
@@ -151,7 +152,53 @@ def read_nodes(nodes: QuerySet[Node], *, limited: bool = True) -> tuple[list[Nod
     for row in partitions.values_list("pk", "gpu_id", "kind", "slot", "share_milli", "memory_mib", "mig_profile",
                                       "mig_start", "mig_size", "hold__placement_id", "pod", "hold__placement__memory_mib"):
         partitions_by_gpu[row[1]].append(row)
+    return _assemble(node_rows, gpu_rows, partitions_by_gpu)
 
+
+def read_nodes_by_pk(node_pks: Iterable[int]) -> tuple[list[NodeState], SnapshotIndex]:
+    """``read_nodes`` of the nodes with these ids (by name), in one statement.
+
+    For the snapshot cache's catch-up, a node or two per deploy: three ORM queries cost more
+    than their few rows (compiled each time, three round trips, under the placement lock too).
+    """
+    pks = sorted(set(node_pks))
+    if not pks:
+        return [], SnapshotIndex()
+    tables = {model.__name__: connection.ops.quote_name(model._meta.db_table)
+              for model in (Node, GPU, Partition, PartitionHold, Placement)}
+    index_column = connection.ops.quote_name("index")
+    sql = (
+        "SELECT n.id, n.name, n.gpu_model, n.sharing_mode, n.sharing_replicas, n.labels, n.taints, n.ready, "
+        f"n.cordoned, g.id, g.{index_column}, g.memory_mib, g.mig_enabled, g.allocated_memory_mib, "
+        "g.utilization_pct, g.memory_used_mib, g.power_w, p.id, p.kind, p.slot, p.share_milli, p.memory_mib, "
+        "p.mig_profile, p.mig_start, p.mig_size, h.placement_id, p.pod, pl.memory_mib "
+        f"FROM {tables['Node']} n LEFT JOIN {tables['GPU']} g ON g.node_id = n.id "
+        f"LEFT JOIN {tables['Partition']} p ON p.gpu_id = g.id "
+        f"LEFT JOIN {tables['PartitionHold']} h ON h.partition_id = p.id "
+        f"LEFT JOIN {tables['Placement']} pl ON pl.id = h.placement_id "
+        f"WHERE n.id IN ({', '.join(['%s'] * len(pks))}) ORDER BY n.name, g.{index_column}, p.slot"
+    )
+    json_value = Node._meta.get_field("labels").from_db_value  # labels and taints: JSON as the ORM reads it
+    node_rows: list[tuple[Any, ...]] = []
+    gpu_rows: list[tuple[Any, ...]] = []
+    partitions_by_gpu: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, pks)
+        for row in cursor.fetchall():
+            node_pk, gpu_pk, partition_pk = row[0], row[9], row[17]
+            if not node_rows or node_rows[-1][0] != node_pk:
+                node_rows.append((*row[:5], json_value(row[5], None, connection), json_value(row[6], None, connection),
+                                  bool(row[7]), bool(row[8])))
+            if gpu_pk is not None and (not gpu_rows or gpu_rows[-1][0] != gpu_pk):
+                gpu_rows.append((gpu_pk, node_pk, row[10], row[11], bool(row[12]), *row[13:17]))
+            if partition_pk is not None:
+                partitions_by_gpu[gpu_pk].append((partition_pk, gpu_pk, *row[18:28]))
+    return _assemble(node_rows, gpu_rows, partitions_by_gpu)
+
+
+def _assemble(node_rows: list[tuple[Any, ...]], gpu_rows: list[tuple[Any, ...]],
+              partitions_by_gpu: Mapping[int, list[tuple[Any, ...]]]) -> tuple[list[NodeState], SnapshotIndex]:
+    """Nodes (in order), their GPUs (by node and index) and partitions (by GPU, by slot) as the core's."""
     index = SnapshotIndex()
     gpus_by_node: dict[int, list[GPUState]] = defaultdict(list)
     names = {row[0]: row[1] for row in node_rows}

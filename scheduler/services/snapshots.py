@@ -43,9 +43,8 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
-from nodes.models import Node
 from scheduler import snapshot_triggers
-from scheduler.adapters import InventorySnapshot, SnapshotIndex, build_snapshot, read_nodes
+from scheduler.adapters import InventorySnapshot, SnapshotIndex, build_snapshot, read_nodes_by_pk
 from scheduler.core import Assignment, ClusterSnapshot, NodeState
 from scheduler.models import SnapshotChange
 
@@ -279,7 +278,7 @@ class SnapshotCache:
         """Rebuild ``node_pks`` in place; False when the set of nodes changed (rebuild whole)."""
         if not node_pks:
             return True
-        states, index = read_nodes(Node.objects.filter(pk__in=sorted(node_pks)).order_by("name"))
+        states, index = read_nodes_by_pk(node_pks)
         found = {pk: name for name, pk in index.node_pk.items()}
         if any(pk in self._names and pk not in found for pk in node_pks):
             return False  # removed
