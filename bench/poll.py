@@ -66,13 +66,17 @@ def used_bytes(connection: Any) -> int:
         return int(cursor.fetchone()[0])
 
 
-def partition_count(connection: Any) -> int:
-    """PostgreSQL: the sample table's partitions holding at least one sample; 0 on SQLite."""
+def partition_use(connection: Any) -> tuple[int, int]:
+    """PostgreSQL: (partitions holding at least one sample, samples in the DEFAULT partition); (0, 0) on SQLite."""
     if connection.vendor == "sqlite":
-        return 0
+        return 0, 0
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(DISTINCT tableoid) FROM nodes_gpusample")
-        return int(cursor.fetchone()[0])
+        cursor.execute(
+            "SELECT count(DISTINCT tableoid), count(*) FILTER (WHERE tableoid = 'nodes_gpusample_default'::regclass) "
+            "FROM nodes_gpusample"
+        )
+        used, in_default = cursor.fetchone()
+        return int(used), int(in_default)
 
 
 def run(gpus: int, intervals: int, shard_nodes: int, seed: int = 42) -> dict[str, Any]:
@@ -113,7 +117,7 @@ def run(gpus: int, intervals: int, shard_nodes: int, seed: int = 42) -> dict[str
         stored = GPUSample.objects.count()
         per_slot = {ts: GPUSample.objects.filter(ts=ts).count() for ts in slots}
         stale_rows = GPU.objects.exclude(sampled_at=slots[-1]).count()
-        partitions_used = partition_count(connection)
+        partitions_used, in_default = partition_use(connection)
         database = database_name(connection)
 
     expected = gpus * intervals
@@ -136,6 +140,7 @@ def run(gpus: int, intervals: int, shard_nodes: int, seed: int = 42) -> dict[str
         "bytes_per_gpu_per_day": round(bytes_per_sample * SAMPLES_PER_GPU_PER_DAY),
         "fleet_gb_per_day": round(bytes_per_sample * SAMPLES_PER_GPU_PER_DAY * gpus / 1e9, 2),
         "partitions_used": partitions_used,
+        "samples_in_default_partition": in_default,
         "per_poll": polls,
         "database": database,
         "python": platform.python_version(),
