@@ -2,9 +2,11 @@
 
     python bench/poll.py --gpus 40000 --intervals 3 --json      # one JSON object
     python bench/poll.py --gpus 40000 --intervals 3 --shard-nodes 250
+    python bench/poll.py --gpus 40000 --intervals 3 --json --database-url postgres://postgres@127.0.0.1/bench
 
 What it does, in one process, on a throw-away database (bench.ingest.throwaway_database: a
-temporary SQLite file, or `gpuplane_bench_poll_<pid>` beside a configured PostgreSQL):
+temporary SQLite file, or `gpuplane_bench_poll_<pid>` beside a configured PostgreSQL; `--database-url`
+sets DATABASE_URL for the run):
 
 1. Creates `--gpus` GPUs on ceil(gpus / 8) ready nodes (bench.ingest's inventory).
 2. Polls `--intervals` times, 30 s of simulated time apart (the last at now), doing what
@@ -13,9 +15,9 @@ temporary SQLite file, or `gpuplane_bench_poll_<pid>` beside a configured Postgr
    `--shard-nodes` nodes per transaction. Each poll is timed whole (wall and this process's CPU).
 3. Checks that every GPU has a sample for every interval (`samples_lost` counts the missing) and
    measures what the samples cost on disk: the database's used pages (SQLite: page_count minus
-   freelist_count; PostgreSQL: pg_total_relation_size of the sample table, indexes included)
-   before and after, divided by the samples stored, times 2,880 samples per GPU per day
-   (one every 30 s). That is raw-sample storage during TELEMETRY_RAW_RETENTION_H; rollups add
+   freelist_count; PostgreSQL: pg_total_relation_size of the sample table's partitions, indexes
+   included, nodes.telemetry.partitions) before and after, divided by the samples stored, times
+   2,880 samples per GPU per day (one every 30 s). That is raw-sample storage during TELEMETRY_RAW_RETENTION_H; rollups add
    one row per GPU per 5 minutes on top.
 
 The requirement (issue 11, must-show 2): 40,000 GPUs every 30 s, every interval stored, one poll
@@ -57,8 +59,24 @@ def used_bytes(connection: Any) -> int:
             pages -= cursor.fetchone()[0]
             cursor.execute("PRAGMA page_size")
             return int(pages * cursor.fetchone()[0])
-        cursor.execute("SELECT pg_total_relation_size('nodes_gpusample')")
+        # A partitioned table has no storage of its own: sum its partitions (or the plain table).
+        cursor.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('nodes_gpusample')"
+        )
         return int(cursor.fetchone()[0])
+
+
+def partition_use(connection: Any) -> tuple[int, int]:
+    """PostgreSQL: (partitions holding at least one sample, samples in the DEFAULT partition); (0, 0) on SQLite."""
+    if connection.vendor == "sqlite":
+        return 0, 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(DISTINCT tableoid), count(*) FILTER (WHERE tableoid = 'nodes_gpusample_default'::regclass) "
+            "FROM nodes_gpusample"
+        )
+        used, in_default = cursor.fetchone()
+        return int(used), int(in_default)
 
 
 def run(gpus: int, intervals: int, shard_nodes: int, seed: int = 42) -> dict[str, Any]:
@@ -99,6 +117,7 @@ def run(gpus: int, intervals: int, shard_nodes: int, seed: int = 42) -> dict[str
         stored = GPUSample.objects.count()
         per_slot = {ts: GPUSample.objects.filter(ts=ts).count() for ts in slots}
         stale_rows = GPU.objects.exclude(sampled_at=slots[-1]).count()
+        partitions_used, in_default = partition_use(connection)
         database = database_name(connection)
 
     expected = gpus * intervals
@@ -120,6 +139,8 @@ def run(gpus: int, intervals: int, shard_nodes: int, seed: int = 42) -> dict[str
         "bytes_per_sample": round(bytes_per_sample, 1),
         "bytes_per_gpu_per_day": round(bytes_per_sample * SAMPLES_PER_GPU_PER_DAY),
         "fleet_gb_per_day": round(bytes_per_sample * SAMPLES_PER_GPU_PER_DAY * gpus / 1e9, 2),
+        "partitions_used": partitions_used,
+        "samples_in_default_partition": in_default,
         "per_poll": polls,
         "database": database,
         "python": platform.python_version(),
@@ -136,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="nodes per transaction (default: settings.TELEMETRY_POLL_SHARD_NODES)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    parser.add_argument("--database-url", default=None,
+                        help="DATABASE_URL to run beside (a throw-away database is made next to it; default: the env's)")
     args = parser.parse_args(argv)
+    if args.database_url:
+        os.environ["DATABASE_URL"] = args.database_url  # before django.setup() reads the settings
     if args.gpus < 1 or args.intervals < 1 or (args.shard_nodes is not None and args.shard_nodes < 1):
         parser.error("--gpus, --intervals and --shard-nodes must be at least 1")
     if args.shard_nodes is None:

@@ -10,11 +10,13 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
 from lifecycle.locks import claim_slot, interval_slot, single_run
 from nodes.collectors.backends import get_collector
 from nodes.fleet import refresh_per_poll
 from nodes.inventory.sync import sync_inventory
+from nodes.telemetry.partitions import create_ahead
 from nodes.telemetry.poll import store_poll
 from nodes.telemetry.rollup import rollup_and_expire
 
@@ -137,10 +139,13 @@ def rollup_telemetry_task() -> dict[str, Any]:
 
     Beat sends it every 5 minutes. rollup_and_expire is idempotent, but two concurrent runs would
     repeat each other's scans, so a run that finds the previous one still going (its
-    `single_run` lock) returns {"skipped": True}. Returns the RollupReport as a dict.
+    `single_run` lock) returns {"skipped": True}. Returns the RollupReport as a dict, plus
+    `partitions_created`: on PostgreSQL it first creates the raw sample partitions of the next
+    hours (nodes.telemetry.partitions.create_ahead), so polls rarely have to make one.
     """
     with single_run(ROLLUP_LOCK_KEY, ttl_s=ROLLUP_TIME_LIMIT_S) as acquired:
         if not acquired:
             logger.info("telemetry rollup skipped: the previous rollup is still running")
             return {"skipped": True, "reason": "previous rollup still running"}
-        return rollup_and_expire().as_dict()
+        created = create_ahead(timezone.now())
+        return {**rollup_and_expire().as_dict(), "partitions_created": created}

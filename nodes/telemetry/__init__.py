@@ -9,6 +9,7 @@ One concern per module; import from the module that owns a name:
 - `ingest`      ingest_samples (an agent's batch, all or nothing) and write_samples
 - `readings`    store_readings (a collector's readings: store what can be, count what cannot)
 - `poll`        store_poll (one server poll of the whole fleet, stored in shards of nodes)
+- `partitions`  PostgreSQL: the raw sample table's time partitions, made ahead and on demand, dropped at expiry
 - `buckets`     epoch-aligned time buckets and their running means and maxima
 - `rollup`      rollup_and_expire: raw samples into buckets, retention of both
 - `series`      gpu_series / node_series for the charts, from the database

@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from nodes.models import Node
+from nodes.telemetry.partitions import ensure_partitions
 from nodes.telemetry.samples import SampleIn
 from nodes.telemetry.storage import (
     ResolvedGPU,
@@ -77,6 +78,7 @@ def write_samples(samples: Sequence[SampleIn], gpus: Mapping[str, ResolvedGPU], 
     looked older in `gpus` are updated, and each UPDATE checks again in the database that the
     row's `sampled_at` is null or older, so a late or concurrent older batch never overwrites
     newer values. A GPU deleted since `gpus` was read makes the whole batch TelemetryRejected.
+    On PostgreSQL the time partitions the samples need are made first (nodes.telemetry.partitions).
 
     With Prometheus as the time-series store (settings.GPUPLANE_PROMETHEUS_URL) no sample rows are
     inserted: the database keeps only each GPU's latest values, which is all decisions (idle
@@ -103,6 +105,10 @@ def write_samples(samples: Sequence[SampleIn], gpus: Mapping[str, ResolvedGPU], 
     }
 
     history = not settings.GPUPLANE_PROMETHEUS_URL
+    if history:
+        # Before the write's transaction, so creating a partition (which locks the sample table)
+        # is committed at once rather than held while the batch is written. PostgreSQL only.
+        ensure_partitions({ts for _, ts in unique})
     try:
         with transaction.atomic():
             stored = insert_samples_ignoring_duplicates(unique, source) if history else len(stale)

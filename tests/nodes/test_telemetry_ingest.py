@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from nodes.models import GPU, GPUSample
 from nodes.telemetry.ingest import IngestResult, ingest_samples
+from nodes.telemetry.partitions import ensure_partitions
 from nodes.telemetry.samples import SampleIn
 from nodes.telemetry.validation import TelemetryRejected
 from tests.nodes.factories import make_node
@@ -145,8 +146,12 @@ def test_the_database_guards_latest_values_even_when_the_read_was_stale(n1):
     assert latest("GPU-n1-0")["utilization_pct"] == 99.0
 
 
-def test_it_uses_the_same_few_queries_for_one_gpu_and_for_forty(db):
+def test_it_uses_the_same_few_queries_for_one_gpu_and_for_forty(db, monkeypatch):
     make_node("big", gpu_count=40)
+    # PostgreSQL: a process makes a time partition once, then knows it (remembered at commit, which
+    # a test's transaction never reaches): count the queries of a process that knows them.
+    ensure_partitions([NOW - timedelta(seconds=60), NOW])
+    monkeypatch.setattr("nodes.telemetry.ingest.ensure_partitions", lambda times: 0)
 
     def queries(uuids: list[str], ts: datetime) -> int:
         with CaptureQueriesContext(connection) as captured:
@@ -160,8 +165,9 @@ def test_it_uses_the_same_few_queries_for_one_gpu_and_for_forty(db):
 
     assert one == forty
     assert GPU.objects.filter(sampled_at=NOW).count() == 40
-    # resolve + INSERT + UPDATE (+ SAVEPOINT/RELEASE inside the test's transaction)
-    assert forty <= 5
+    # resolve + INSERT + UPDATE (+ SAVEPOINT/RELEASE inside the test's transaction); PostgreSQL
+    # COPYs instead of INSERT (not a query Django sees) inside a savepoint of its own.
+    assert forty <= (6 if connection.vendor == "postgresql" else 5)
 
 
 # --- refusals: nothing stored -------------------------------------------------------------------
