@@ -11,6 +11,7 @@ management commands import the WSGI application too.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -41,6 +42,7 @@ def start(interval_s: float | None = None) -> threading.Thread | None:
         return None
     thread = threading.Thread(target=_run, args=(interval,), name="snapshot-warmer", daemon=True)
     thread.start()
+    logger.info("placement snapshot kept warm every %g s (pid %d)", interval, os.getpid())
     return thread
 
 
