@@ -45,7 +45,8 @@ from gpuplane.settings import *  # noqa: F401,F403
 CELERY_BROKER_TRANSPORT_OPTIONS = {{**CELERY_BROKER_TRANSPORT_OPTIONS, "global_keyprefix": "{prefix}"}}
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {{"global_keyprefix": "{prefix}"}}
-CACHES["default"]["KEY_PREFIX"] = "{prefix}"
+for _cache in CACHES.values():  # the default cache, and the fleet figures a poll refreshes
+    _cache["KEY_PREFIX"] = "{prefix}"
 '''
 
 SETUP_DATABASE = '''
