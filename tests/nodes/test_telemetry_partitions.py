@@ -8,7 +8,7 @@ lie wholly past retention; the one of 12:00-13:00 does not (its 12:00-12:05 buck
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -29,6 +29,7 @@ from nodes.telemetry.poll import store_poll
 from nodes.telemetry.rollup import rollup_and_expire
 from nodes.telemetry.series import node_series
 from tests.nodes.factories import make_node
+from tests.nodes.test_telemetry_retention import CUTOFF, NOW, at  # the same clock and retention
 
 pytestmark = [
     pytest.mark.postgres,
@@ -36,14 +37,6 @@ pytestmark = [
     pytest.mark.skipif(connection.vendor != "postgresql",
                        reason="needs PostgreSQL: SQLite keeps one plain sample table, expired by DELETE"),
 ]
-
-NOW = datetime(2026, 3, 2, 12, 2, tzinfo=UTC)
-CUTOFF = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-def at(hh: int, mm: int, ss: int = 0, day: int = 1) -> datetime:
-    return datetime(2026, 3, day, hh, mm, ss, tzinfo=UTC)
-
 
 @pytest.fixture(autouse=True)
 def retention(settings):
