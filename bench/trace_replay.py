@@ -1,13 +1,15 @@
 """Trace replay with the FGD paper's protocol (DESIGN.md section 13) on the Alibaba openb lists.
 
     python bench/trace_replay.py --pods ../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv \\
-        --policy fgd --seeds 42-51 --json
+        --policy packing --seeds 42-51 --json
 
 Prints allocation % of GPU milli at 100 % and 130 % arrived (mean and std over the seeds) and
-the mean time per decision. Every policy runs through scheduler.core's packing code (the filter,
-the scorers and the fragmentation measure), with the seed's shuffled node order breaking ties.
-gpuplane also gets the list's sharing plan (``SharingPlan``: the list is known, its order not).
-``--jobs`` replays seeds in parallel processes (timings then share the machine).
+the mean time per decision. ``balanced`` and ``packing`` are gpuplane: the API's profiles run by
+``Scheduler.schedule`` (``bench/trace_profiles.py``), every pod of the list expressed in the
+product's vocabulary. The other policies are the paper's baselines (random, bestfit, firstfit,
+worstfit, fgd: ``scheduler.core.packing_policies``), which calibrate the replay against the
+published figures. The seed's shuffled node order breaks ties for all of them. ``--jobs``
+replays seeds in parallel processes (timings then share the machine).
 """
 from __future__ import annotations
 
@@ -24,10 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from bench.trace_profiles import PROFILE_POLICIES, ProfileReplayer, typical_share_pods  # noqa: E402
+from bench.trace_profiles import PROFILE_POLICIES, ProfileReplayer, workload_args  # noqa: E402
 from scheduler.core.fragmentation import typical_pods  # noqa: E402
 from scheduler.core.packing import PackingCluster, PackNode, PackPod  # noqa: E402
-from scheduler.core.packing_plan import SharingPlan  # noqa: E402
 from scheduler.core.packing_policies import POLICIES, choose, class_table  # noqa: E402
 
 NODE_LIST = "openb_node_list_gpu_node.csv"  # looked for next to the pod list by default
@@ -66,8 +67,7 @@ def workload(pods: list[PackPod], capacity: int, rng: np.random.Generator) -> li
         total += pod.total_gpu_milli
 
 
-def replay(nodes: list[PackNode], pods: list[PackPod], policy: str, seed: int,
-           expressible_only: bool = False) -> dict[str, float]:
+def replay(nodes: list[PackNode], pods: list[PackPod], policy: str, seed: int) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     shuffled = [nodes[i] for i in rng.permutation(len(nodes))]  # the seed's tie-break order
     if policy in PROFILE_POLICIES:
@@ -75,17 +75,14 @@ def replay(nodes: list[PackNode], pods: list[PackPod], policy: str, seed: int,
     cluster = PackingCluster(shuffled)
     capacity = cluster.gpu_capacity_milli
     cluster.track(class_table(
-        policy, typical_pods((p.cpu_milli, p.gpu_milli, p.gpu_count, p.gpu_models) for p in pods), list(cluster.models)))
-    plan = SharingPlan.build(p.gpu_milli for p in pods if p.sharing) if policy == "gpuplane" else None
+        typical_pods((p.cpu_milli, p.gpu_milli, p.gpu_count, p.gpu_models) for p in pods), list(cluster.models)))
     arrived = allocated = 0
     records: list[tuple[float, float]] = []
     elapsed = 0.0
     offered = workload(pods, capacity, rng)
     for pod in offered:
         start = time.perf_counter()
-        # --expressible-only: refuse what the API's core cannot place (``trace_profiles``), so
-        # that the packing policies face the profiles' workload.
-        choice = None if expressible_only and pod.gpu_count != 1 else choose(policy, cluster, pod, rng=rng, plan=plan)
+        choice = choose(policy, cluster, pod, rng=rng)
         if choice is not None:
             cluster.place(choice.row, pod, choice.gpus)
         elapsed += time.perf_counter() - start
@@ -103,7 +100,7 @@ def replay(nodes: list[PackNode], pods: list[PackPod], policy: str, seed: int,
 def _replay_profile(shuffled: list[PackNode], pods: list[PackPod], policy: str, seed: int,
                     rng: np.random.Generator) -> dict[str, float]:
     """``replay`` through the API's Scheduler running the profile called ``policy``."""
-    replayer = ProfileReplayer(policy, shuffled, typical_share_pods(pods))
+    replayer = ProfileReplayer(policy, shuffled, workload_args(pods))
     capacity = sum(n.gpu_count for n in shuffled) * 1000
     offered = workload(pods, capacity, rng)
     arrived = allocated = 0
@@ -148,8 +145,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--limit-nodes", type=int, default=None, help="only the first N nodes (quick runs)")
     parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--expressible-only", action="store_true",
-                        help="refuse CPU-only and multi-GPU pods, as the profiles must (bench/trace_profiles.py)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     nodes = load_nodes(args.nodes or args.pods.parent / NODE_LIST, args.limit_nodes)
@@ -157,12 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     seeds = parse_seeds(args.seeds)
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as pool:
-            runs = list(pool.map(replay, [nodes] * len(seeds), [pods] * len(seeds), [args.policy] * len(seeds), seeds,
-                                 [args.expressible_only] * len(seeds)))
+            runs = list(pool.map(replay, [nodes] * len(seeds), [pods] * len(seeds), [args.policy] * len(seeds), seeds))
     else:
-        runs = [replay(nodes, pods, args.policy, seed, args.expressible_only) for seed in seeds]
+        runs = [replay(nodes, pods, args.policy, seed) for seed in seeds]
     summary = _summary(args.policy, args.pods, runs)
-    summary["expressible_only"] = args.expressible_only or args.policy in PROFILE_POLICIES
+    if args.policy in PROFILE_POLICIES:
+        summary["unexpressible"] = sum(int(r["unexpressible"]) for r in runs)
     if args.json:
         print(json.dumps(summary))
     else:

@@ -295,6 +295,11 @@ SCHEDULER_CLASSIFICATION: dict = {}
 DECISION_MATRIX_TOP_K = env_int("GPUPLANE_DECISION_MATRIX_TOP_K", 50, minimum=1)
 # Web workers refresh their placement snapshot this often between deploys (0: only in a deploy).
 SNAPSHOT_WARM_INTERVAL_S = env_int("GPUPLANE_SNAPSHOT_WARM_INTERVAL_S", 5, minimum=0)
+# The observed workload mix (typical pods and sharing plan of the packing plugins,
+# scheduler/services/workload_mix.py): recomputed by beat this often from the live placements
+# and those made in the last WORKLOAD_MIX_WINDOW_S; deploys read it from the cache.
+WORKLOAD_MIX_INTERVAL_S = env_int("GPUPLANE_WORKLOAD_MIX_INTERVAL_S", 60, minimum=5)
+WORKLOAD_MIX_WINDOW_S = env_int("GPUPLANE_WORKLOAD_MIX_WINDOW_S", 86400, minimum=0)
 DEPLOYMENT_MAX_REPLICAS = env_int("GPUPLANE_DEPLOYMENT_MAX_REPLICAS", 32, minimum=1)
 # A deployment whose workloads are not all ready this long after creation is failed and released.
 DEPLOYMENT_WATCH_TIMEOUT_S = env_int("GPUPLANE_DEPLOYMENT_WATCH_TIMEOUT_S", 600, minimum=10)
@@ -328,49 +333,23 @@ CONSOLIDATION_MOVES_PER_DEPLOYMENT = env_int("GPUPLANE_CONSOLIDATION_MOVES_PER_D
 CONSOLIDATION_EXECUTE_INTERVAL_S = env_int("GPUPLANE_CONSOLIDATION_EXECUTE_INTERVAL_S", 5, minimum=1)
 CONSOLIDATION_MOVE_TIMEOUT_S = env_int("GPUPLANE_CONSOLIDATION_MOVE_TIMEOUT_S", 600, minimum=10)
 
+def _every(task: str, seconds: float) -> dict[str, Any]:
+    """A beat entry running ``task`` every ``seconds``; a run that has not started before the
+    next one is due is pointless, so it expires then (0.9 of the interval)."""
+    return {"task": task, "schedule": float(seconds), "options": {"expires": seconds * 0.9}}
+
+
 CELERY_BEAT_SCHEDULE = {
-    "analyse-consolidation": {
-        "task": "consolidation.tasks.analyse_consolidation_task",
-        "schedule": float(CONSOLIDATION_INTERVAL_S),
-        "options": {"expires": CONSOLIDATION_INTERVAL_S * 0.9},
-    },
-    "execute-consolidations": {
-        "task": "consolidation.tasks.execute_consolidations_task",
-        "schedule": float(CONSOLIDATION_EXECUTE_INTERVAL_S),
-        "options": {"expires": CONSOLIDATION_EXECUTE_INTERVAL_S * 0.9},
-    },
-    "reconcile-rollouts": {
-        "task": "rollouts.tasks.reconcile_rollouts_task",
-        "schedule": float(ROLLOUT_RECONCILE_INTERVAL_S),
-        "options": {"expires": ROLLOUT_RECONCILE_INTERVAL_S * 0.9},
-    },
-    "sync-inventory": {
-        "task": "nodes.tasks.sync_inventory_task",
-        "schedule": float(INVENTORY_SYNC_INTERVAL_S),
-        # A sync that has not started before the next one is due is pointless.
-        "options": {"expires": INVENTORY_SYNC_INTERVAL_S * 0.9},
-    },
-    "poll-metrics": {
-        "task": "nodes.tasks.poll_metrics_task",
-        "schedule": float(TELEMETRY_POLL_INTERVAL_S),
-        "options": {"expires": TELEMETRY_POLL_INTERVAL_S * 0.9},
-    },
-    "rollup-telemetry": {
-        "task": "nodes.tasks.rollup_telemetry_task",
-        "schedule": 300.0,
-        "options": {"expires": 270.0},
-    },
+    "analyse-consolidation": _every("consolidation.tasks.analyse_consolidation_task", CONSOLIDATION_INTERVAL_S),
+    "execute-consolidations": _every("consolidation.tasks.execute_consolidations_task", CONSOLIDATION_EXECUTE_INTERVAL_S),
+    "reconcile-rollouts": _every("rollouts.tasks.reconcile_rollouts_task", ROLLOUT_RECONCILE_INTERVAL_S),
+    "sync-inventory": _every("nodes.tasks.sync_inventory_task", INVENTORY_SYNC_INTERVAL_S),
+    "poll-metrics": _every("nodes.tasks.poll_metrics_task", TELEMETRY_POLL_INTERVAL_S),
+    "rollup-telemetry": _every("nodes.tasks.rollup_telemetry_task", 300),
     # The watch task's safety net: deployments whose watch was never enqueued or gave up.
-    "sweep-deployments": {
-        "task": "scheduler.tasks.sweep_deployments_task",
-        "schedule": 30.0,
-        "options": {"expires": 27.0},
-    },
-    "record-savings": {
-        "task": "savings.tasks.record_savings_task",
-        "schedule": float(SAVINGS_SAMPLE_INTERVAL_S),
-        "options": {"expires": SAVINGS_SAMPLE_INTERVAL_S * 0.9},
-    },
+    "sweep-deployments": _every("scheduler.tasks.sweep_deployments_task", 30),
+    "refresh-workload-mix": _every("scheduler.tasks.refresh_workload_mix_task", WORKLOAD_MIX_INTERVAL_S),
+    "record-savings": _every("savings.tasks.record_savings_task", SAVINGS_SAMPLE_INTERVAL_S),
 }
 
 # --- HTTPS in production (README.md, "Production"): `manage.py check --deploy` is clean with these set.

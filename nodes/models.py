@@ -20,6 +20,11 @@ class Node(models.Model):
     cordoned = models.BooleanField(default=False)
     cpu_allocatable_milli = models.PositiveIntegerField(default=0)
     memory_allocatable_mib = models.PositiveBigIntegerField(default=0)
+    # What the node's pods request that gpuplane did not place (inventory sync sums every bound,
+    # unfinished pod's requests, as kube-scheduler's NodeResourcesFit counts them).
+    cpu_requested_milli = models.PositiveIntegerField(default=0, help_text="CPU requested by pods gpuplane did not place")
+    memory_requested_mib = models.PositiveBigIntegerField(
+        default=0, help_text="Memory requested by pods gpuplane did not place, MiB")
     gpu_product = models.CharField(max_length=128, blank=True, help_text="GFD product label, e.g. NVIDIA-H100-80GB-HBM3")
     gpu_model = models.CharField(max_length=64, blank=True, help_text="Catalog key; empty when the product is unknown")
     gpu_count = models.PositiveSmallIntegerField(default=0)

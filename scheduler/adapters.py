@@ -97,6 +97,11 @@ class PartitionClaim:
     mig_profile: str = ""
 
 
+_NODE_COLUMNS = ("pk", "name", "gpu_model", "sharing_mode", "sharing_replicas", "labels", "taints", "ready",
+                 "cordoned", "cpu_allocatable_milli", "memory_allocatable_mib", "cpu_requested_milli",
+                 "memory_requested_mib")
+
+
 def _taints(raw: Any) -> tuple[Taint, ...]:
     taints = []
     for item in raw or []:
@@ -133,10 +138,7 @@ def read_nodes(nodes: QuerySet[Node], *, limited: bool = True) -> tuple[list[Nod
     ``limited``: read only these nodes' GPUs and partitions (False: all of them, cheaper than an
     ``IN`` list when ``nodes`` is every node).
     """
-    node_rows = list(
-        nodes.values_list("pk", "name", "gpu_model", "sharing_mode", "sharing_replicas", "labels", "taints",
-                          "ready", "cordoned")
-    )
+    node_rows = list(nodes.values_list(*_NODE_COLUMNS))
     node_ids = [row[0] for row in node_rows]
     gpus = GPU.objects.order_by("node_id", "index")
     if limited:
@@ -150,7 +152,8 @@ def read_nodes(nodes: QuerySet[Node], *, limited: bool = True) -> tuple[list[Nod
         partitions = partitions.filter(gpu_id__in=[row[0] for row in gpu_rows])
     partitions_by_gpu: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     for row in partitions.values_list("pk", "gpu_id", "kind", "slot", "share_milli", "memory_mib", "mig_profile",
-                                      "mig_start", "mig_size", "hold__placement_id", "pod", "hold__placement__memory_mib"):
+                                      "mig_start", "mig_size", "hold__placement_id", "pod", "hold__placement__memory_mib",
+                                      "hold__placement__cpu_milli", "hold__placement__host_memory_mib"):
         partitions_by_gpu[row[1]].append(row)
     return _assemble(node_rows, gpu_rows, partitions_by_gpu)
 
@@ -169,9 +172,11 @@ def read_nodes_by_pk(node_pks: Iterable[int]) -> tuple[list[NodeState], Snapshot
     index_column = connection.ops.quote_name("index")
     sql = (
         "SELECT n.id, n.name, n.gpu_model, n.sharing_mode, n.sharing_replicas, n.labels, n.taints, n.ready, "
-        f"n.cordoned, g.id, g.{index_column}, g.memory_mib, g.mig_enabled, g.allocated_memory_mib, "
+        "n.cordoned, n.cpu_allocatable_milli, n.memory_allocatable_mib, n.cpu_requested_milli, "
+        f"n.memory_requested_mib, g.id, g.{index_column}, g.memory_mib, g.mig_enabled, g.allocated_memory_mib, "
         "g.utilization_pct, g.memory_used_mib, g.power_w, p.id, p.kind, p.slot, p.share_milli, p.memory_mib, "
-        "p.mig_profile, p.mig_start, p.mig_size, h.placement_id, p.pod, pl.memory_mib "
+        "p.mig_profile, p.mig_start, p.mig_size, h.placement_id, p.pod, pl.memory_mib, pl.cpu_milli, "
+        "pl.host_memory_mib "
         f"FROM {tables['Node']} n LEFT JOIN {tables['GPU']} g ON g.node_id = n.id "
         f"LEFT JOIN {tables['Partition']} p ON p.gpu_id = g.id "
         f"LEFT JOIN {tables['PartitionHold']} h ON h.partition_id = p.id "
@@ -185,14 +190,14 @@ def read_nodes_by_pk(node_pks: Iterable[int]) -> tuple[list[NodeState], Snapshot
     with connection.cursor() as cursor:
         cursor.execute(sql, pks)
         for row in cursor.fetchall():
-            node_pk, gpu_pk, partition_pk = row[0], row[9], row[17]
+            node_pk, gpu_pk, partition_pk = row[0], row[13], row[21]
             if not node_rows or node_rows[-1][0] != node_pk:
                 node_rows.append((*row[:5], json_value(row[5], None, connection), json_value(row[6], None, connection),
-                                  bool(row[7]), bool(row[8])))
+                                  bool(row[7]), bool(row[8]), *row[9:13]))
             if gpu_pk is not None and (not gpu_rows or gpu_rows[-1][0] != gpu_pk):
-                gpu_rows.append((gpu_pk, node_pk, row[10], row[11], bool(row[12]), *row[13:17]))
+                gpu_rows.append((gpu_pk, node_pk, row[14], row[15], bool(row[16]), *row[17:21]))
             if partition_pk is not None:
-                partitions_by_gpu[gpu_pk].append((partition_pk, gpu_pk, *row[18:28]))
+                partitions_by_gpu[gpu_pk].append((partition_pk, gpu_pk, *row[22:34]))
     return _assemble(node_rows, gpu_rows, partitions_by_gpu)
 
 
@@ -201,6 +206,7 @@ def _assemble(node_rows: list[tuple[Any, ...]], gpu_rows: list[tuple[Any, ...]],
     """Nodes (in order), their GPUs (by node and index) and partitions (by GPU, by slot) as the core's."""
     index = SnapshotIndex()
     gpus_by_node: dict[int, list[GPUState]] = defaultdict(list)
+    holds_by_node: dict[int, dict[str, tuple[int, int]]] = defaultdict(dict)
     names = {row[0]: row[1] for row in node_rows}
     modes = {row[0]: (SharingMode(row[3]), max(int(row[4]), 1)) for row in node_rows}
     for gpu_pk, node_pk, gpu_index, memory_mib, mig_enabled, allocated_memory_mib, util, used, power in gpu_rows:
@@ -211,12 +217,16 @@ def _assemble(node_rows: list[tuple[Any, ...]], gpu_rows: list[tuple[Any, ...]],
         index.gpu_pk[(node_name, gpu_index)] = gpu_pk
         gpu = GPUState(index=gpu_index, memory_mib=memory_mib, mig_enabled=mig_enabled, utilization_pct=util,
                        memory_used_mib=used, power_w=power)
-        _fill_partitions(gpu, node_name, mode, replicas, allocated_memory_mib, partitions_by_gpu.get(gpu_pk, []),
-                         index)
+        rows = partitions_by_gpu.get(gpu_pk, [])
+        _fill_partitions(gpu, node_name, mode, replicas, allocated_memory_mib, rows, index)
         gpus_by_node[node_pk].append(gpu)
+        for row in rows:  # a placement's CPU and memory, once per placement on the node
+            if row[9] is not None:
+                holds_by_node[node_pk][PLACEMENT_OCCUPANT.format(id=row[9])] = (row[12] or 0, row[13] or 0)
 
     states = []
-    for pk, name, gpu_model, _mode, _replicas, labels, taints, ready, cordoned in node_rows:
+    for (pk, name, gpu_model, _mode, _replicas, labels, taints, ready, cordoned, cpu_allocatable, memory_allocatable,
+         cpu_requested, memory_requested) in node_rows:
         index.node_pk[name] = pk
         mode, replicas = modes[pk]
         states.append(
@@ -230,6 +240,12 @@ def _assemble(node_rows: list[tuple[Any, ...]], gpu_rows: list[tuple[Any, ...]],
                 taints=_taints(taints),
                 ready=ready,
                 cordoned=cordoned,
+                # 0 allocatable: not reported (a node the sync has not read): judged as unknown.
+                cpu_allocatable_milli=cpu_allocatable or None,
+                cpu_requested_milli=cpu_requested,
+                memory_allocatable_mib=memory_allocatable or None,
+                memory_requested_mib=memory_requested,
+                host_holds=holds_by_node.get(pk, {}),
             )
         )
     return states, index
@@ -245,7 +261,7 @@ def _fill_partitions(gpu: GPUState, node: str, mode: SharingMode, replicas: int,
                      rows: list[tuple[Any, ...]], index: SnapshotIndex) -> None:
     """Turn one GPU's rows into core partitions and index its free rows (see the module docstring)."""
     if gpu.mig_enabled:
-        for pk, _gpu, kind, slot, share, memory, profile, start, size, placement_id, pod, _pmem in rows:
+        for pk, _gpu, kind, slot, share, memory, profile, start, size, placement_id, pod, *_placement in rows:
             if kind != PartitionKind.MIG:
                 continue  # only instances can be handed out on a MIG-enabled GPU
             occupant = _occupant(placement_id, pod)
@@ -259,7 +275,7 @@ def _fill_partitions(gpu: GPUState, node: str, mode: SharingMode, replicas: int,
     occupied: list[PartitionState] = []
     pod_timeslices: list[PartitionState] = []
     free_by_kind: dict[str, list[FreeRow]] = defaultdict(list)
-    for pk, _gpu, kind, slot, share, memory, _profile, _start, _size, placement_id, pod, placement_memory in rows:
+    for pk, _gpu, kind, slot, share, memory, _profile, _start, _size, placement_id, pod, placement_memory, *_ in rows:
         occupant = _occupant(placement_id, pod)
         if not occupant:
             free_by_kind[kind].append(FreeRow(pk, slot, share, memory))

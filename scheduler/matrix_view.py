@@ -65,6 +65,7 @@ class MatrixRow:
     detail: str = ""
     gpu_model: str = ""
     sharing_mode: str = ""
+    host_free: str = ""  # "60 CPU, 240 GiB free" before the placement; "" where unknown
 
     @property
     def is_chosen(self) -> bool:
@@ -93,6 +94,8 @@ class MatrixTable:
     classification: str = ""
     sizing: str = ""
     columns: tuple[PluginColumn, ...] = ()  # aligned with `weights`
+    host_request: str = ""  # "4 CPU and 16 GiB of host memory per replica"
+    total_scale: int = 100
 
     @property
     def chart_labels(self) -> dict[str, dict[str, str]]:
@@ -156,6 +159,7 @@ def matrix_table(matrix: Mapping[str, Any], node_urls: Mapping[str, str]) -> Mat
             node=row["node"], node_url=node_urls.get(row["node"]), verdict=verdict, rank=row.get("rank"),
             total=row.get("total"), scores=cells, reason=row.get("reason", ""), detail=row.get("detail", ""),
             gpu_model=str(facts.get("gpu_model", "")), sharing_mode=str(facts.get("sharing_mode", "")),
+            host_free=host_free_text(facts.get("cpu_free_milli"), facts.get("memory_free_mib")),
         ))
 
     diagnosis = matrix.get("diagnosis") or {}
@@ -180,7 +184,33 @@ def matrix_table(matrix: Mapping[str, Any], node_urls: Mapping[str, str]) -> Mat
         classification=str(classification.get("reason", "")),
         sizing=str(matrix.get("sizing") or ""),
         columns=tuple(PluginColumn(plugin, weight, labels[plugin]) for plugin, weight in weights),
+        host_request=host_request_text(matrix.get("request") or {}),
+        total_scale=int(matrix.get("total_scale") or 100),
     )
+
+
+def _cores(milli: int) -> str:
+    return f"{milli / 1000:g}"
+
+
+def host_free_text(cpu_milli: Any, memory_mib: Any) -> str:
+    """A node's free CPU and host memory before the placement: "60 CPU, 240 GiB free"; "" when
+    neither is known (a node whose allocatable the inventory has not read)."""
+    parts = []
+    if isinstance(cpu_milli, int):
+        parts.append(f"{_cores(cpu_milli)} CPU")
+    if isinstance(memory_mib, int):
+        parts.append(f"{memory_mib / 1024:g} GiB")
+    return f"{', '.join(parts)} free" if parts else ""
+
+
+def host_request_text(request: Mapping[str, Any]) -> str:
+    """What each replica's pod requests of its node: "4 CPU and 16 GiB of host memory"; "" for a
+    matrix stored before requests stated them."""
+    cpu, memory = request.get("cpu_milli"), request.get("host_memory_mib")
+    if not isinstance(cpu, int) or not isinstance(memory, int):
+        return ""
+    return f"{_cores(cpu)} CPU and {memory / 1024:g} GiB of host memory"
 
 
 @dataclass(frozen=True)

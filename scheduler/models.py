@@ -35,6 +35,10 @@ class Deployment(models.Model):
         help_text="Compute share per GPU the request stated, 1-100; empty: the sharing mode's own sizing rule",
     )
     enable_gpu_selection = models.BooleanField(default=True)
+    # The pod's CPU and host memory requests (= limits), per replica; the API takes Kubernetes
+    # quantities ("8", "500m", "64Gi") and fills in the workload type's defaults (services.spec).
+    cpu_milli = models.PositiveIntegerField(default=0, help_text="CPU each replica's pod requests, in millicores")
+    host_memory_mib = models.PositiveIntegerField(default=0, help_text="Host memory each replica's pod requests, MiB")
     status = models.CharField(max_length=16, choices=DeploymentStatus.choices, default=DeploymentStatus.PENDING)
     message = models.TextField(blank=True, help_text="Why the deployment failed, or the latest status change")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -80,6 +84,10 @@ class Placement(models.Model):
     mig_profile = models.CharField(max_length=32, blank=True)
     resources = models.JSONField(default=dict, blank=True, help_text="Extended-resource limits of its pod")
     env = models.JSONField(default=dict, blank=True, help_text="Environment of its pod (MPS limits)")
+    # What its pod holds of the node's CPU and host memory (the snapshot counts it while the
+    # placement holds partitions there).
+    cpu_milli = models.PositiveIntegerField(default=0, help_text="CPU its pod requests, in millicores")
+    host_memory_mib = models.PositiveIntegerField(default=0, help_text="Host memory its pod requests, MiB")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -14,14 +14,19 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class PluginLabel:
     """How one plugin reads on the page: `unit` follows the raw value ("" for none); `meaning`
-    says what the raw value measures (a tooltip)."""
+    says what the raw value measures (a tooltip); `values` words raw values that stand for a
+    verdict rather than a quantity (SharingPlan's 1 and 0)."""
 
     title: str
     unit: str
     meaning: str
+    values: tuple[tuple[int, str], ...] = ()
 
     def raw_text(self, raw: int) -> str:
-        """"1412 TFLOPS per kW", "88 %", "-50 milli-GPU"; the bare number when there is no unit."""
+        """"1412 TFLOPS per kW", "88 %", "-50 milli-GPU", "on plan"; the bare number when there is no unit."""
+        worded = dict(self.values).get(raw)
+        if worded is not None:
+            return worded
         if not self.unit:
             return str(raw)
         return f"{raw} {self.unit}"
@@ -31,7 +36,15 @@ _LABELS: dict[str, PluginLabel] = {
     "BestFit": PluginLabel("Best fit", "% in use", "the node's GPU capacity in use once this placement is made"),
     "FragmentationGradient": PluginLabel(
         "Fragmentation", "milli-GPU",
-        "how much less free GPU capacity is stranded (unusable by typical requests) after this placement",
+        "how much the placement lowers the free GPU capacity the workload's typical pods could not use "
+        "(negative: capacity it strands; a node's GPUs count only as far as its CPU left can feed them), in "
+        "thousandths of a GPU; scored 100 / (1 + e^(-x / 1000)): 0 -> 50, +200 -> 54, -500 -> 37",
+    ),
+    "SharingPlan": PluginLabel(
+        "Sharing plan", "planned step",
+        "whether the share goes to a GPU on its way to a GPU content the observed workload's sharing plan holds "
+        "(e.g. 650 + 320 milli): on plan 100, off plan 0; a whole GPU or a fixed-size unit is never off plan",
+        values=((1, "on plan"), (0, "off plan")),
     ),
     "LeastUtilized": PluginLabel(
         "Least utilized", "% idle", "100 minus the node's mean GPU load (the higher of measured and allocated)",

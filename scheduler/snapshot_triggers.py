@@ -46,7 +46,8 @@ class Watched:
 
 WATCHED = (
     Watched("node", "nodes_node", "id",
-            ("name", "gpu_model", "sharing_mode", "sharing_replicas", "labels", "taints", "ready", "cordoned"),
+            ("name", "gpu_model", "sharing_mode", "sharing_replicas", "labels", "taints", "ready", "cordoned",
+             "cpu_allocatable_milli", "memory_allocatable_mib", "cpu_requested_milli", "memory_requested_mib"),
             'SELECT r."id" AS node_id FROM {rows} AS r'),
     Watched("gpu", "nodes_gpu", "id",
             ("node_id", "index", "memory_mib", "mig_enabled", "allocated_memory_mib", "utilization_pct",

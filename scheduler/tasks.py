@@ -10,6 +10,7 @@ from django.conf import settings
 from nodes.cluster.base import ClusterError
 from scheduler import services
 from scheduler.services.snapshots import trim_changes
+from scheduler.services.workload_mix import refresh_workload_mix
 
 WATCH_SOFT_TIME_LIMIT_S = 60
 WATCH_TIME_LIMIT_S = 90
@@ -72,3 +73,17 @@ def sweep_deployments_task() -> dict[str, int]:
     """
     trim_changes()
     return dict(Counter(services.sweep_deployments().values()))
+
+
+@shared_task(name="scheduler.tasks.refresh_workload_mix_task", soft_time_limit=60, time_limit=90)
+def refresh_workload_mix_task() -> dict[str, int]:
+    """Recompute the observed workload mix for the packing plugins (``services.workload_mix``).
+
+    Runs from beat every ``WORKLOAD_MIX_INTERVAL_S``; idempotent (the last run's mix wins).
+    Returns how many typical pods, planned GPU contents and placements it found (zeros when
+    there were too few placements for a mix).
+    """
+    mix = refresh_workload_mix()
+    if mix is None:
+        return {"typical_pods": 0, "patterns": 0, "placements": 0}
+    return {"typical_pods": len(mix.typical_pods), "patterns": len(mix.patterns), "placements": mix.placements}

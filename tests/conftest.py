@@ -93,13 +93,15 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
-def fresh_observed_workload():
-    """The live workload's typical pods are cached per process (scheduler.services.deciding)."""
-    from scheduler.services.deciding import forget_observed_workload
+def fresh_workload_mix():
+    """The observed workload mix lives in the shared cache (scheduler.services.workload_mix)."""
+    from django.core.cache import cache
 
-    forget_observed_workload()
+    from scheduler.services.workload_mix import CACHE_KEY
+
+    cache.delete(CACHE_KEY)
     yield
-    forget_observed_workload()
+    cache.delete(CACHE_KEY)
 
 
 @pytest.fixture(autouse=True)

@@ -7,10 +7,10 @@ extended resources, conditions for readiness.
 from __future__ import annotations
 
 import json
-import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
+from nodes import quantities
 from nodes.cluster.base import ClusterError, ClusterNode, ClusterPDB, ClusterPod, GPUDevice, MIGDevice
 from nodes.contract import (
     ANNOTATION_GPU_UUIDS,
@@ -23,37 +23,14 @@ from nodes.contract import (
 )
 from nodes.vocabulary import Taint
 
-_SUFFIXES = {
-    "m": Decimal("0.001"),
-    "": Decimal(1),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-}
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([A-Za-z]*)$")
-
 
 def parse_quantity(value: str | int | float) -> Decimal:
-    """A Kubernetes resource quantity ("63500m", "512Gi", "1e3", 8) as a Decimal in base units."""
-    if isinstance(value, (int, float)):
-        return Decimal(str(value))
-    match = _QUANTITY.match(value.strip())
-    if not match or match.group(2) not in _SUFFIXES:
-        raise ClusterError(f"invalid Kubernetes quantity {value!r}")
+    """A Kubernetes resource quantity ("63500m", "512Gi", "1e3", 8) as a Decimal in base units
+    (``nodes.quantities``); ``ClusterError`` for a value that is not one."""
     try:
-        number = Decimal(match.group(1))
-    except InvalidOperation:
-        raise ClusterError(f"invalid Kubernetes quantity {value!r}") from None
-    return number * _SUFFIXES[match.group(2)]
+        return quantities.parse_quantity(value)
+    except quantities.QuantityError as error:
+        raise ClusterError(str(error)) from None
 
 
 def _is_gpu_resource(name: str) -> bool:

@@ -9,14 +9,19 @@ those of ``scheduler.core.fit`` (the two must agree, and a property test checks 
 - ``mps``: a free slot on the GPU with the fewest free slots (fills GPUs before opening new ones);
   the slot's share is 1000 // R and its memory the GPU's memory // R;
 - ``mps-weighted``: the GPU with the least free share that still covers the request, a share of
-  exactly the request's size;
+  exactly the request's size (a score plugin may prefer some GPUs: ``gpu_hint``, the GPU it
+  scored, when it fits); a multi-GPU replica takes the lowest untouched GPUs, 100 % of each;
 - ``timeslice``: a replica on the GPU with the least free memory that still covers the request;
   its memory is the request's (gpuplane's own accounting: time-slicing isolates nothing).
 
 MPS placements get ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``
-(``0=10G``: device 0 is the only GPU visible inside the pod).
+(``0=10G``: device 0 is the only GPU visible inside the pod; ``0=80G,1=80G`` for a gang). A
+CPU-only request (no GPU) gets no partition: only its CPU and host memory, held on the node.
+Every assignment carries the request's CPU and host memory (``cpu_milli``, ``host_memory_mib``).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from nodes.contract import ENV_MPS_MEMORY_LIMIT, ENV_MPS_THREAD_PERCENTAGE, RESOURCE_GPU, RESOURCE_MIG_PREFIX
 from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
@@ -59,15 +64,28 @@ def _occupied(gpu: GPUState) -> list:  # list[PartitionState]
     return [p for p in gpu.partitions if p.occupant]
 
 
-def assign(node: NodeState, need: Need, key: str, mig_profiles: tuple[str, ...] = ()) -> Assignment | None:
+def assign(node: NodeState, need: Need, key: str, mig_profiles: tuple[str, ...] = (), *, cpu_milli: int = 0,
+           host_memory_mib: int = 0, gpu_hint: int | None = None) -> Assignment | None:
     """The partition(s) ``need`` gets on ``node``, or None when nothing there fits.
 
     ``mig_profiles`` are the node model's profile names in geometry order (the snapshot's
     ``models.mig_profiles[model_id]``); they order MIG instances from smallest to largest.
-    Does not change the node: ``ClusterSnapshot.reserve`` applies the result.
+    ``cpu_milli`` / ``host_memory_mib`` are the pod's host requests, carried by the result;
+    ``gpu_hint`` the GPU (position in ``node.gpus``) a weighted share should take when it fits
+    there. Does not change the node: ``ClusterSnapshot.reserve`` applies the result.
     """
+    found = _assign(node, need, key, mig_profiles, gpu_hint)
+    if found is None or not (cpu_milli or host_memory_mib):
+        return found
+    return replace(found, cpu_milli=cpu_milli, host_memory_mib=host_memory_mib)
+
+
+def _assign(node: NodeState, need: Need, key: str, mig_profiles: tuple[str, ...],
+            gpu_hint: int | None) -> Assignment | None:
     mode = SharingMode(node.sharing_mode)
     kinds = need.kinds
+    if need.cpu_only:
+        return Assignment(node=node.name, key=key, kind=PartitionKind.EXCLUSIVE, partitions=(), resources={}, env={})
     if mode in (SharingMode.EXCLUSIVE, SharingMode.MIG):
         mig = None
         if mode == SharingMode.MIG and need.gpu_count == 1 and PartitionKind.MIG in kinds:
@@ -76,12 +94,13 @@ def assign(node: NodeState, need: Need, key: str, mig_profiles: tuple[str, ...] 
         if mig is not None and (whole is None or mig.partitions[0].share_milli < SHARE_MILLI_FULL):
             return mig
         return whole
+    if mode == SharingMode.MPS_WEIGHTED and PartitionKind.MPS_WEIGHTED in kinds:
+        return _assign_weighted(node, need, key, gpu_hint) if need.gpu_count == 1 else _assign_weighted_gang(
+            node, need, key)
     if need.gpu_count != 1:
         return None
     if mode == SharingMode.MPS and PartitionKind.MPS in kinds:
         return _assign_mps(node, need, key)
-    if mode == SharingMode.MPS_WEIGHTED and PartitionKind.MPS_WEIGHTED in kinds:
-        return _assign_weighted(node, need, key)
     if mode == SharingMode.TIMESLICE and PartitionKind.TIMESLICE in kinds:
         return _assign_timeslice(node, need, key)
     return None
@@ -191,7 +210,7 @@ def _assign_mps(node: NodeState, need: Need, key: str) -> Assignment | None:
     return _single(node, key, PartitionKind.MPS, gpu, share, memory, mps_env(share, memory))
 
 
-def _assign_weighted(node: NodeState, need: Need, key: str) -> Assignment | None:
+def _assign_weighted(node: NodeState, need: Need, key: str, gpu_hint: int | None = None) -> Assignment | None:
     fitting = []
     for _free, gpu, position in _slot_candidates(node):
         occupied = _occupied(gpu)
@@ -201,9 +220,26 @@ def _assign_weighted(node: NodeState, need: Need, key: str) -> Assignment | None
             fitting.append((free_share, position, gpu))
     if not fitting:
         return None
-    _, _, gpu = min(fitting, key=lambda item: (item[0], item[1]))
+    hinted = [item for item in fitting if item[1] == gpu_hint]
+    _, _, gpu = min(hinted or fitting, key=lambda item: (item[0], item[1]))
     return _single(node, key, PartitionKind.MPS_WEIGHTED, gpu, need.share_milli, need.memory_mib,
                    mps_env(need.share_milli, need.memory_mib))
+
+
+def _assign_weighted_gang(node: NodeState, need: Need, key: str) -> Assignment | None:
+    """The lowest-index untouched GPUs of a weighted node, 100 % of each (a whole GPU apiece)."""
+    untouched = [gpu for free, gpu, _position in _slot_candidates(node)
+                 if not _occupied(gpu) and gpu.memory_mib >= need.memory_per_gpu_mib]
+    if len(untouched) < need.gpu_count:
+        return None
+    chosen = untouched[: need.gpu_count]
+    grants = tuple(PartitionGrant(gpu_index=gpu.index, kind=PartitionKind.MPS_WEIGHTED, slot=_free_slot(gpu),
+                                  share_milli=SHARE_MILLI_FULL, memory_mib=gpu.memory_mib) for gpu in chosen)
+    env = {ENV_MPS_THREAD_PERCENTAGE: format_thread_percentage(SHARE_MILLI_FULL),
+           ENV_MPS_MEMORY_LIMIT: ",".join(format_memory_limit(gpu.memory_mib, device)
+                                          for device, gpu in enumerate(chosen))}
+    return Assignment(node=node.name, key=key, kind=PartitionKind.MPS_WEIGHTED, partitions=grants,
+                      resources={RESOURCE_GPU: need.gpu_count}, env=env)
 
 
 def _assign_timeslice(node: NodeState, need: Need, key: str) -> Assignment | None:

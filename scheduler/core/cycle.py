@@ -98,6 +98,8 @@ class Scheduler:
         if len(nodes) == 0:
             return self._no_fit(state, diagnosis, examples, None)
 
+        for pre_score in profile.pre_scores:
+            pre_score.pre_score(state, nodes)
         matrix = self._score(state, nodes)
         for attempt, node_id in enumerate(matrix.order_ids()):
             assignment = assign(
@@ -105,6 +107,9 @@ class Scheduler:
                 need,
                 request.key,
                 snapshot.models.mig_profiles[snapshot.model_id[node_id]],
+                cpu_milli=request.cpu_milli,
+                host_memory_mib=request.host_memory_mib,
+                gpu_hint=state.gpu_hint(node_id),
             )
             if assignment is None:  # pragma: no cover - fit and assignment agree (property-tested)
                 continue

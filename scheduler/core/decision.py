@@ -19,7 +19,7 @@ from scheduler.core.classify import Classification
 from scheduler.core.diagnosis import Diagnosis
 from scheduler.core.fit import Need
 from scheduler.core.framework import Profile, Status
-from scheduler.core.node_columns import KINDS, MODES
+from scheduler.core.node_columns import KINDS, MODES, UNKNOWN_HOST_FREE
 from scheduler.core.sizing import kind_rule, sizing_rule
 from scheduler.core.snapshot import ClusterSnapshot
 from scheduler.core.types import Assignment, PlacementRequest
@@ -33,7 +33,9 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True)
 class PluginScore:
-    """One plugin's contribution to a node's total: raw -> normalized 0..100 -> x weight."""
+    """One plugin's contribution to a node's total: raw -> normalized 0..100 -> ``weighted`` =
+    normalized x weight / (the profile's weights summed), so a node's contributions add up to its
+    total, the weighted mean of its normalized scores: 0..100 (``TOTAL_SCALE``)."""
 
     plugin: str
     raw: int
@@ -77,7 +79,10 @@ class NodeVerdict:
         }
 
 
-_FACT_COLUMNS = ("model_id", "mode_id", "replicas", "util_pct", "load_pct", "whole_free", "free_milli")
+# A node's total is on 0..100 whatever the profile's weights: the weighted mean of its scores.
+TOTAL_SCALE = 100
+_FACT_COLUMNS = ("model_id", "mode_id", "replicas", "util_pct", "load_pct", "whole_free", "free_milli",
+                 "cpu_free_milli", "host_memory_free_mib")
 
 
 def _facts(model_keys: tuple[str, ...], values: dict[str, np.ndarray], column: int) -> dict[str, object]:
@@ -90,7 +95,14 @@ def _facts(model_keys: tuple[str, ...], values: dict[str, np.ndarray], column: i
         "load_pct": round(float(values["load_pct"][column]), 1),
         "free_whole_gpus": int(values["whole_free"][column]),
         "free_milli": int(values["free_milli"][column]),
+        # Before this placement; None where the node's allocatable is unknown.
+        "cpu_free_milli": _host(values["cpu_free_milli"][column]),
+        "memory_free_mib": _host(values["host_memory_free_mib"][column]),
     }
+
+
+def _host(value: np.integer) -> int | None:
+    return None if int(value) >= UNKNOWN_HOST_FREE else int(value)
 
 
 class ScoreMatrix:
@@ -148,7 +160,8 @@ class ScoreMatrix:
         return self.ids.tolist()
 
     def rows(self) -> list[NodeVerdict]:
-        scale = self.weight_scale
+        # Thousandths of a weight x points -> points of the weighted mean (0..TOTAL_SCALE).
+        scale = max(sum(round(w * self.weight_scale) for w in self.weights), 1)
         rows = []
         for column, name in enumerate(self.names):
             scores = tuple(
@@ -157,7 +170,7 @@ class ScoreMatrix:
                     raw=int(self.raw[row, column]),
                     normalized=int(self.normalized[row, column]),
                     weight=self.weights[row],
-                    weighted=int(self.weighted_milli[row, column]) / scale,
+                    weighted=round(int(self.weighted_milli[row, column]) / scale, 3),
                 )
                 for row, plugin in enumerate(self.plugin_names)
             )
@@ -166,7 +179,7 @@ class ScoreMatrix:
                     node=name,
                     feasible=True,
                     rank=column + 1,
-                    total=int(self.totals_milli[column]) / scale,
+                    total=round(int(self.totals_milli[column]) / scale, 3),
                     scores=scores,
                     facts=_facts(self._model_keys, self._fact_values, column),
                 )
@@ -213,10 +226,13 @@ class ScheduleResult:
                matrix: ScoreMatrix, examples: list[tuple[int, str, str]], assignment: Assignment,
                attempts: int, names: list[str]) -> ScheduleResult:
         """The request was placed: ``assignment`` on its node, after ``attempts`` failed reserves."""
-        where = f"GPU {','.join(str(i) for i in assignment.gpu_indexes)}"
-        part = assignment.partitions[0]
-        unit = part.mig_profile or f"{assignment.kind} {part.share_milli / 10:g}%"
-        message = f"placed on {assignment.node} {where} ({unit}); {diagnosis.message()}"
+        if assignment.partitions:
+            where = f"GPU {','.join(str(i) for i in assignment.gpu_indexes)}"
+            part = assignment.partitions[0]
+            unit = part.mig_profile or f"{assignment.kind} {part.share_milli / 10:g}%"
+            message = f"placed on {assignment.node} {where} ({unit}); {diagnosis.message()}"
+        else:
+            message = f"placed on {assignment.node} (CPU only); {diagnosis.message()}"
         return cls(request=request, profile=profile, outcome=Outcome.PLACED, diagnosis=diagnosis, message=message,
                    need=need, node=assignment.node, assignment=assignment, matrix=matrix,
                    rejected_examples=examples, attempts=attempts, names=names)
@@ -292,6 +308,8 @@ class ScheduleResult:
                 "namespace": request.namespace,
                 "sharing": str(request.sharing),
                 "share_milli": request.share_milli,
+                "cpu_milli": request.cpu_milli,
+                "host_memory_mib": request.host_memory_mib,
             },
             "classification": self.classification.to_dict() if self.classification else None,
             "need": None if need is None else {
@@ -309,6 +327,8 @@ class ScheduleResult:
             "sizing": self.sizing_rule,
             "profile": self.profile_name,
             "weights": dict(self.weights),
+            # What a row's total means: the weighted mean of its normalized scores, 0..100.
+            "total_scale": TOTAL_SCALE,
             "outcome": str(self.outcome),
             "node": self.node,
             "assignment": self.assignment.to_dict() if self.assignment else None,

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind
+from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
 from scheduler.core.classify import DEFAULT_CLASSIFICATION, Classification, ClassificationSettings, classify
-from scheduler.core.node_columns import KIND_ID
+from scheduler.core.node_columns import KIND_ID, MODE_ID
 from scheduler.core.packed_rows import first_set_byte, pick, row_words
 from scheduler.core.sizing import Sizing, size
 from scheduler.core.snapshot import ClusterSnapshot
@@ -83,11 +83,16 @@ class Need:
 
     @property
     def memory_per_gpu_mib(self) -> int:
-        return -(-self.memory_mib // self.gpu_count)
+        return -(-self.memory_mib // max(self.gpu_count, 1))
 
     @property
     def multi_gpu(self) -> bool:
         return self.gpu_count > 1
+
+    @property
+    def cpu_only(self) -> bool:
+        """A pod without GPUs: it fits wherever its CPU and host memory do."""
+        return self.gpu_count == 0
 
 
 def build_need(request: PlacementRequest, settings: ClassificationSettings = DEFAULT_CLASSIFICATION) -> Need:
@@ -99,14 +104,14 @@ def build_need(request: PlacementRequest, settings: ClassificationSettings = DEF
     """
     classification = classify(request.memory_mib, request.priority, request.latency_slo_ms, settings)
     sharing = SharingRequest(request.sharing)
-    if request.gpu_count < 1:
-        raise ValueError(f"gpu_count must be at least 1, got {request.gpu_count}")
+    if request.gpu_count < 0:
+        raise ValueError(f"gpu_count must not be negative, got {request.gpu_count}")
     if request.memory_mib < 0:
         raise ValueError(f"memory_mib must not be negative, got {request.memory_mib}")
     return Need(
-        memory_mib=request.memory_mib,
+        memory_mib=request.memory_mib if request.gpu_count else 0,
         gpu_count=request.gpu_count,
-        kinds=REQUEST_KINDS[sharing],
+        kinds=REQUEST_KINDS[sharing] if request.gpu_count else frozenset(),
         classification=classification,
         sizing=size(request, classification),
     )
@@ -162,6 +167,9 @@ def evaluate_fit(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> Fi
     """
     if need.multi_gpu:
         return _fit_gang(snapshot, need, nodes)
+    if need.cpu_only:  # no GPU unit: NodeResourcesFit alone judges the node
+        zeros = np.zeros(len(nodes), dtype=np.int64)
+        return FitTable(nodes, zeros, zeros - 1, zeros, zeros)
     # Compared over every node's offers at once (contiguous arrays, cheaper than gathering the
     # candidates' rows first), then reduced to one uint64 word per node (8 offers = 8 bytes).
     demands = need.sizing.min_share_milli
@@ -193,14 +201,25 @@ def evaluate_fit(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> Fi
     return FitTable(nodes, code, kind, unit, first)
 
 
+def _gang_kinds(need: Need) -> np.ndarray:
+    """Per mode id: the kind id a gang gets there (exclusive on exclusive / MIG nodes, a 100 %
+    weighted share per GPU on mps-weighted nodes), -1 where the mode gives no whole GPUs or the
+    request does not accept that kind."""
+    kinds = np.full(len(MODE_ID), -1, dtype=np.int64)
+    if PartitionKind.EXCLUSIVE in need.kinds:
+        kinds[MODE_ID[SharingMode.EXCLUSIVE]] = kinds[MODE_ID[SharingMode.MIG]] = KIND_EXCLUSIVE
+    if PartitionKind.MPS_WEIGHTED in need.kinds:
+        kinds[MODE_ID[SharingMode.MPS_WEIGHTED]] = KIND_WEIGHTED
+    return kinds
+
+
 def _fit_gang(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> FitTable:
-    """``gpu_count`` free whole GPUs with ``memory_per_gpu_mib`` each, on exclusive / MIG nodes."""
-    n = len(nodes)
+    """``gpu_count`` free whole GPUs with ``memory_per_gpu_mib`` each, on exclusive / MIG nodes
+    or untouched GPUs of mps-weighted nodes (``gpu_whole_free``)."""
     gang = need.gpu_count
     per_gpu = need.memory_per_gpu_mib
-    enough = snapshot.whole_free.take(nodes) >= gang
-    if PartitionKind.EXCLUSIVE not in need.kinds:
-        enough = np.zeros(n, dtype=np.bool_)
+    gang_kind = _gang_kinds(need)[snapshot.mode_id.take(nodes)]
+    enough = (snapshot.whole_free.take(nodes) >= gang) & (gang_kind >= 0)
     fits = enough & (snapshot.whole_free_min_memory_mib.take(nodes) >= per_gpu)
     # Nodes whose free GPUs differ in memory (rare): count the big-enough ones exactly.
     mixed = np.flatnonzero(enough & ~fits & (snapshot.whole_free_max_memory_mib.take(nodes) >= per_gpu))
@@ -210,9 +229,9 @@ def _fit_gang(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> FitTa
         fits[mixed] = ok.sum(axis=1) >= gang
     # A whole GPU covers any share; it fails on memory or on too few free GPUs.
     code = np.where(fits, FITS, np.where(enough, NO_MEMORY, NO_FREE_UNIT))
-    kind = np.where(fits, KIND_EXCLUSIVE, -1).astype(np.int64)
+    kind = np.where(fits, gang_kind, -1).astype(np.int64)
     unit = np.where(fits, SHARE_MILLI_FULL, 0).astype(np.int64)
-    return FitTable(nodes, code, kind, unit, np.zeros(n, dtype=np.int64))
+    return FitTable(nodes, code, kind, unit, np.zeros(len(nodes), dtype=np.int64))
 
 
 def _best(ok: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -222,12 +241,15 @@ def _best(ok: np.ndarray, key: np.ndarray) -> np.ndarray:
     return np.argmin(ranked, axis=1)
 
 
-def chosen_gpus(snapshot: ClusterSnapshot, need: Need, fit: FitTable) -> np.ndarray:
+def chosen_gpus(snapshot: ClusterSnapshot, need: Need, fit: FitTable,
+                preferred: np.ndarray | None = None) -> np.ndarray:
     """The GPU column (position in the node's GPU list) each fitting node would give a
     single-GPU placement, by the rules in the module docstring; -1 for nodes that do not fit
-    and for multi-GPU requests. Uses per-GPU arrays: meant for the packing scores."""
+    and for multi-GPU and CPU-only requests. ``preferred`` (bool, one row per node of ``fit``)
+    narrows a weighted share's choice to the marked GPUs of a node where one of them fits (the
+    assignment's ``gpu_hint``). Uses per-GPU arrays: meant for the packing scores."""
     gpu = np.full(len(fit.nodes), -1, dtype=np.int64)
-    if need.multi_gpu:
+    if need.multi_gpu or need.cpu_only:
         return gpu
     for unit_kind in (KIND_EXCLUSIVE, KIND_MIG, KIND_MPS, KIND_WEIGHTED, KIND_TIMESLICE):
         pos = np.flatnonzero(fit.fits & (fit.kind == unit_kind))
@@ -252,6 +274,9 @@ def chosen_gpus(snapshot: ClusterSnapshot, need: Need, fit: FitTable) -> np.ndar
             free_share = snapshot.gpu_free_share_milli.take(ids, axis=0)
             free_memory = snapshot.gpu_free_memory_mib.take(ids, axis=0)
             ok = (slots > 0) & (free_share >= need.share_milli) & (free_memory >= need.memory_mib)
+            if preferred is not None:
+                marked = ok & preferred.take(pos, axis=0)[:, : ok.shape[1]]
+                ok = np.where(marked.any(axis=1)[:, None], marked, ok)
             gpu[pos] = _best(ok, free_share)
         else:
             free_memory = snapshot.gpu_free_memory_mib.take(ids, axis=0)

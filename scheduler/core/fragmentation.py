@@ -55,6 +55,31 @@ def typical_pods(pods: Iterable[tuple[int, int, int, tuple[str, ...]]], coverage
     return [PodClass(cpu, milli, num, models, count / covered) for (cpu, milli, num, models), count in taken]
 
 
+def class_fragment(gpu_count: np.ndarray, cpu: np.ndarray, access: np.ndarray, total: np.ndarray,
+                   hosted: np.ndarray, host_count: np.ndarray, cpu_left: np.ndarray, *,
+                   cpu_bounded: bool) -> np.ndarray:
+    """Each typical class's fragment on each node (K, R), milli-GPU (the module docstring's rule).
+
+    Per class (K,): its GPU count (0 = CPU-only) and CPU milli; per class and node (K, R): whether
+    its GPU models include the node's (``access``), how many of the node's GPUs could host one
+    of its GPUs (``host_count``) and their free milli summed (``hosted``); per node (``total``,
+    free milli of all GPUs, and ``cpu_left``), broadcast as (1, R) or given per class (K, R).
+    The class runs on a node when it may use the model, the hosts take at least one pod and the
+    CPU is there; then only what it cannot use is fragment, else all of ``total``. With
+    ``cpu_bounded`` the hosts count only in the proportion the CPU left can feed (gpuplane's
+    measure): ``hosted x min(1, (cpu_left / cpu) / (pods the hosts take))``.
+    """
+    k = slice(None), None
+    gpu_pods = host_count // np.maximum(gpu_count[k], 1)  # pods of the class the free GPUs take
+    runs = access & (gpu_count[k] > 0) & (gpu_pods >= 1) & (cpu_left >= cpu[k])
+    if not cpu_bounded:
+        return np.where(runs, total - hosted, total)
+    # A continuous ratio, not whole pods: on seeds 42-44 it beat the floor (95.77 vs 95.71).
+    cpu_pods = cpu_left / np.maximum(cpu[k], 1)
+    usable = hosted * np.minimum(1.0, cpu_pods / np.maximum(gpu_pods, 1))
+    return np.where(runs, total - usable, total)
+
+
 @dataclass(frozen=True)
 class ClassTable:
     """Typical pods as column vectors, plus which node each class may run on (its GPU model)."""
@@ -85,15 +110,8 @@ class ClassTable:
     def _frag(self, rows: np.ndarray, total: np.ndarray, hosted_sum: np.ndarray, host_count: np.ndarray,
               cpu_left: np.ndarray) -> np.ndarray:
         """Per-class fragment (K, R) from per-class host counts (K, R) and hosted milli."""
-        k = slice(None), None
-        gpu_pods = host_count // np.maximum(self.count[k], 1)  # pods of the class the free GPUs take
-        runs = self.access[:, rows] & (self.count[k] > 0) & (gpu_pods >= 1) & (cpu_left >= self.cpu[k])
-        if not self.cpu_bounded:
-            return np.where(runs, total - hosted_sum, total)
-        # A continuous ratio, not whole pods: on seeds 42-44 it beat the floor (95.77 vs 95.71).
-        cpu_pods = cpu_left / np.maximum(self.cpu[k], 1)
-        usable = hosted_sum * np.minimum(1.0, cpu_pods / np.maximum(gpu_pods, 1))
-        return np.where(runs, total - usable, total)
+        return class_fragment(self.count, self.cpu, self.access[:, rows], total, hosted_sum, host_count, cpu_left,
+                              cpu_bounded=self.cpu_bounded)
 
     def node_fragmentation(self, gpu_left: np.ndarray, cpu_left: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """F of each node in ``rows`` (float milli-GPU), given its GPUs' free milli (R, G)."""

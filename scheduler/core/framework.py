@@ -8,6 +8,9 @@ that implements only the extension points it needs:
 - ``FilterPlugin.filter(state, nodes)``: for an array of node ids, an int array of reason codes
   (0 = passes, k = ``reasons[k - 1]``). Filters run in profile order on the nodes still in the
   running, so each node is rejected by (and counted under) the first filter that refuses it.
+- ``PreScorePlugin.pre_score(state, nodes)``: once per cycle, on the feasible nodes, before
+  any score: per-cycle values scores share (kube-scheduler's PreScore), e.g. which GPU of each
+  node a sharing request should take (``CycleState.prefer_gpus``).
 - ``ScorePlugin.score(state, nodes)``: raw integer scores; ``normalize(state, raw)`` maps them
   to 0..100 (identity by default). The framework, never the plugin, checks the range,
   multiplies by the profile's weight and keeps raw, normalized and weighted values.
@@ -27,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from scheduler.core.classify import DEFAULT_CLASSIFICATION, ClassificationSettings
-from scheduler.core.fit import FitTable, Need, evaluate_fit
+from scheduler.core.fit import FitTable, Need, chosen_gpus, evaluate_fit
 from scheduler.core.snapshot import ClusterSnapshot
 from scheduler.core.types import Assignment, PlacementRequest
 
@@ -68,7 +71,9 @@ class CycleState:
     """Per-cycle data shared by plugins: request, need, snapshot, and plugin-computed values.
 
     ``data`` holds what PreFilter computed, keyed by plugin NAME. ``fit(nodes)`` is the shared,
-    cached answer to "does the request fit on these nodes, and which unit would it get".
+    cached answer to "does the request fit on these nodes, and which unit would it get";
+    ``gpus(nodes)`` which GPU each would give a single-GPU request (the assignment's rule, or
+    among the GPUs a PreScore plugin preferred with ``prefer_gpus``, the one that rule picks).
     """
 
     def __init__(self, request: PlacementRequest, need: Need, snapshot: ClusterSnapshot) -> None:
@@ -80,6 +85,43 @@ class CycleState:
         self._fit_pos: np.ndarray | None = None
         self._last_nodes: np.ndarray | None = None
         self._last_table: FitTable | None = None
+        self._preferred: tuple[np.ndarray, np.ndarray] | None = None
+        self._gpus: tuple[np.ndarray, np.ndarray] | None = None
+
+    def prefer_gpus(self, nodes: np.ndarray, preferred: np.ndarray) -> None:
+        """Prefer, on each of ``nodes``, the GPU columns marked in ``preferred`` (bool, one row per
+        node); a node where none of them fits keeps the assignment's own choice."""
+        self._preferred = (nodes, preferred)
+        self._gpus = None
+
+    def gpu_hint(self, node: int) -> int | None:
+        """The GPU column a PreScore plugin's preference gives ``node`` (None: no preference)."""
+        if self._preferred is None:
+            return None
+        marked = self._preferred[0]
+        at = np.flatnonzero(marked == node)
+        if not len(at):
+            return None
+        column = int(self.gpus(marked)[at[0]])
+        return column if column >= 0 else None
+
+    def gpus(self, nodes: np.ndarray) -> np.ndarray:
+        """The GPU column each node would give a single-GPU placement (-1: none / multi-GPU)."""
+        if self._gpus is not None and self._gpus[0] is nodes:
+            return self._gpus[1]
+        preferred = None
+        if self._preferred is not None:
+            marked, mask = self._preferred
+            if marked is nodes:
+                preferred = mask
+            else:
+                rows = np.full(len(self.snapshot), -1, dtype=np.int64)
+                rows[marked] = np.arange(len(marked))
+                at = rows.take(nodes)
+                preferred = np.where((at >= 0)[:, None], mask.take(np.maximum(at, 0), axis=0), False)
+        chosen = chosen_gpus(self.snapshot, self.need, self.fit(nodes), preferred)
+        self._gpus = (nodes, chosen)
+        return chosen
 
     def fit(self, nodes: np.ndarray) -> FitTable:
         """``evaluate_fit`` for ``nodes``, reusing the last evaluation when it covered them."""
@@ -143,6 +185,14 @@ class FilterPlugin(Plugin):
         return self.reasons[code - 1]
 
 
+class PreScorePlugin(Plugin):
+    """Runs once per cycle on the feasible nodes, before any Score plugin."""
+
+    def pre_score(self, state: CycleState, nodes: np.ndarray) -> None:
+        """Compute what this cycle's scores share (``state.data``, ``state.prefer_gpus``)."""
+        raise NotImplementedError
+
+
 class ScorePlugin(Plugin):
     """Ranks the feasible nodes; the framework weighs and sums the normalized scores."""
 
@@ -184,6 +234,7 @@ class Profile:
     scores: tuple[tuple[ScorePlugin, float], ...]
     reserves: tuple[ReservePlugin, ...] = ()
     pre_filters: tuple[PreFilterPlugin, ...] = ()
+    pre_scores: tuple[PreScorePlugin, ...] = ()
     top_k: int = 50
     rejected_examples_per_reason: int = 3
     fallback: FallbackSettings = field(default_factory=FallbackSettings)

@@ -13,8 +13,9 @@ comparison over an ``(nodes, 8)`` array (see ``scheduler.core.fit``).
 Per-GPU columns ``(nodes, G)``, G a multiple of 8, for exact checks and the packing scores
 ("unit" = what one new placement on that GPU could be given):
 
-- ``gpu_whole_free``: the GPU can be handed out whole (exclusive node, or a MIG node's GPU with
-  MIG disabled) and nobody holds any part of it.
+- ``gpu_whole_free``: the GPU can be handed out whole (exclusive node, a MIG node's GPU with
+  MIG disabled, or, to a multi-GPU replica, an mps-weighted GPU as a 100 % share) and nobody
+  holds any part of it.
 - ``gpu_free_share_milli`` / ``gpu_free_memory_mib``: 1000 / memory minus what occupants hold.
 - ``gpu_free_slots``: R minus occupants, for mps, mps-weighted and timeslice GPUs; else 0.
 - ``gpu_max_unit_milli``: the largest compute share one new placement could get on this GPU
@@ -175,6 +176,10 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
                 if mode == SharingMode.MPS_WEIGHTED:
                     unit = share_left
                     offers.add((share_left, memory_left, _KIND_WEIGHTED, -1))
+                    # Untouched, it is a whole GPU to a gang (a 100 % share on each of its GPUs).
+                    is_whole_free = not occupied
+                    if is_whole_free:
+                        whole_memory.append(gpu.memory_mib)
                 else:
                     unit = min(slot_share, share_left)
                 # MPS pins memory / R per client; the others count memory actually handed out.
@@ -204,7 +209,7 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
             used_mib += gpu.memory_used_mib
             metric_mib += gpu.memory_mib
         power += gpu.power_w or 0.0
-    if whole_memory:
+    if whole_memory and whole_mode:
         offers.add((SHARE_MILLI_FULL, max(whole_memory), _KIND_EXCLUSIVE, -1))
     if slot_memory and mode in (SharingMode.MPS, SharingMode.TIMESLICE):
         kind = _KIND_MPS if mode == SharingMode.MPS else _KIND_TIMESLICE

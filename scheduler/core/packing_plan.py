@@ -73,12 +73,22 @@ class SharingPlan:
     @classmethod
     def build(cls, sizes: Iterable[int]) -> SharingPlan:
         """The plan for sharing pods of these per-GPU milli (one entry per pod of the list)."""
-        patterns = best_fit_decreasing(sizes)
+        return cls.from_patterns(best_fit_decreasing(sizes))
+
+    @classmethod
+    def from_patterns(cls, patterns: Iterable[Iterable[int]] | Mapping[tuple[int, ...], int]) -> SharingPlan:
+        """The plan of these GPU contents (each a list of per-GPU milli; with how many GPUs hold
+        each when given as a mapping, as ``best_fit_decreasing`` returns them)."""
+        counts: Counter[tuple[int, ...]] = Counter()
+        if isinstance(patterns, Mapping):
+            counts.update({tuple(sorted(p, reverse=True)): int(n) for p, n in patterns.items()})
+        else:
+            counts.update(tuple(sorted(p, reverse=True)) for p in patterns)
         steps: dict[int, np.ndarray] = {}
-        for pattern in patterns:
+        for pattern in counts:
             for used, milli in _steps(pattern):
                 steps.setdefault(milli, np.zeros(WHOLE_GPU_MILLI + 1, dtype=np.bool_))[used] = True
-        return cls(patterns=dict(patterns), steps=steps)
+        return cls(patterns=dict(counts), steps=steps)
 
     def on_plan(self, milli: int, used: np.ndarray) -> np.ndarray:
         """Whether ``milli`` onto GPUs holding ``used`` milli (any shape) is a planned step."""

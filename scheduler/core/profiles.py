@@ -18,6 +18,7 @@ from scheduler.core.framework import (
     FilterPlugin,
     Plugin,
     PreFilterPlugin,
+    PreScorePlugin,
     Profile,
     ReservePlugin,
     ScorePlugin,
@@ -40,16 +41,20 @@ DEFAULT_FILTERS: tuple[str, ...] = (
 BALANCED: dict[str, Any] = {
     "name": "balanced",
     "filters": list(DEFAULT_FILTERS),
-    # The seed's weights (DESIGN.md section 3).
     "scores": {
+        # The seed's weights (DESIGN.md section 3), in the same proportions.
         "PowerEfficiency": 0.30,
         "WorkloadAffinity": 0.25,
         "LeastUtilized": 0.20,
         "PriorityPower": 0.15,
         "PartitionCompat": 0.10,
-        # Not in the seed: without it the default spreads work (LeastUtilized) and strands
-        # GPU capacity; measured on the Alibaba trace in BENCHMARKS.md.
-        "FragmentationGradient": 0.30,
+        # The packing rule (not in the seed): without it the seed's weights spread work
+        # (LeastUtilized) and strand GPU capacity, BestFit's level on the Alibaba trace. With it
+        # the default beats FGD on every list of the trace (BENCHMARKS.md, "Trace replay").
+        # SharingPlan outweighs all the others together, so on-plan GPUs rank first whenever a
+        # node has one; FragmentationGradient outweighs the seed's plugins together.
+        "FragmentationGradient": 3.0,
+        "SharingPlan": 4.5,
     },
     "reserve": ["CapacityReserve"],
     "plugin_args": {"UtilizationLimit": {"max_pct": 90}},
@@ -62,12 +67,12 @@ BALANCED: dict[str, Any] = {
 PACKING: dict[str, Any] = {
     **copy.deepcopy(BALANCED),
     "name": "packing",
-    # Dense clusters: fill nodes and keep whole GPUs whole (DESIGN.md section 6).
+    # Dense clusters: gpuplane's packing rule alone (DESIGN.md section 6), with a say for the
+    # unit's fit (a 500 MPS slot for 250 wastes half of it). SharingPlan outweighs the others.
     "scores": {
-        "BestFit": 0.35,
-        "FragmentationGradient": 0.30,
-        "PartitionCompat": 0.15,
-        "WorkloadAffinity": 0.15,
+        "SharingPlan": 0.55,
+        "FragmentationGradient": 0.35,
+        "PartitionCompat": 0.10,
     },
     "plugin_args": {
         "UtilizationLimit": {"max_pct": 90},
@@ -130,8 +135,9 @@ def build_profile(data: Mapping[str, Any]) -> Profile:
     stray = set(args) - set(instances)
     if stray:
         raise ProfileError(f"plugin_args for plugins that are not enabled: {', '.join(sorted(stray))}")
-    # PreFilter runs for every enabled plugin that implements it, in the order first enabled.
+    # PreFilter (PreScore) runs for every enabled plugin that implements it, in the order first enabled.
     pre_filters = tuple(p for p in instances.values() if isinstance(p, PreFilterPlugin))
+    pre_scores = tuple(p for p in instances.values() if isinstance(p, PreScorePlugin))
     top_k = int(data.get("top_k", 50))
     examples = int(data.get("rejected_examples_per_reason", 3))
     if top_k < 1 or examples < 0:
@@ -143,6 +149,7 @@ def build_profile(data: Mapping[str, Any]) -> Profile:
         scores=tuple(scores),  # type: ignore[arg-type]
         reserves=reserves,  # type: ignore[arg-type]
         pre_filters=pre_filters,
+        pre_scores=pre_scores,
         top_k=top_k,
         rejected_examples_per_reason=examples,
         fallback=FallbackSettings(

@@ -30,8 +30,10 @@ def reserve_partitions(node: NodeState, assignment: Assignment) -> None:
 
     Raises ``CapacityError`` (changing nothing) when any partition is not free: a MIG
     instance already held, no free slot, a taken slot number, or share / memory beyond what
-    the GPU has left.
+    the GPU has left; or when the node's free CPU or host memory (where known) is short of the
+    assignment's. The host requests are held under the key too (``NodeState.host_holds``).
     """
+    _check_host(node, assignment)
     mode = SharingMode(node.sharing_mode)
     replicas = max(node.sharing_replicas, 1)
     changes: list[tuple[GPUState, PartitionState | None, PartitionState | None]] = []
@@ -71,6 +73,8 @@ def reserve_partitions(node: NodeState, assignment: Assignment) -> None:
         added.append(partition)
         changes.append((gpu, None, partition))
     # Every grant checked: apply them all (nothing was changed if any check failed).
+    if assignment.cpu_milli or assignment.host_memory_mib or not assignment.partitions:
+        node.host_holds[assignment.key] = (assignment.cpu_milli, assignment.host_memory_mib)
     for gpu, instance, created in changes:
         if instance is not None:
             instance.occupant = assignment.key
@@ -80,13 +84,24 @@ def reserve_partitions(node: NodeState, assignment: Assignment) -> None:
             gpu.partitions.append(created)
 
 
+def _check_host(node: NodeState, assignment: Assignment) -> None:
+    if assignment.key in node.host_holds:
+        raise CapacityError(f"{node.name}: {assignment.key} already holds CPU and memory here")
+    cpu, memory = node.cpu_free_milli, node.memory_free_mib
+    if cpu is not None and assignment.cpu_milli > cpu:
+        raise CapacityError(f"{node.name}: {assignment.cpu_milli}m CPU requested, {cpu}m free")
+    if memory is not None and assignment.host_memory_mib > memory:
+        raise CapacityError(f"{node.name}: {assignment.host_memory_mib} MiB memory requested, {memory} MiB free")
+
+
 def release_partitions(node: NodeState, key: str) -> int:
-    """Free everything ``key`` holds on ``node``; returns how many partitions were freed.
+    """Free everything ``key`` holds on ``node``; returns how many partitions were freed (its
+    CPU and memory hold counts as one).
 
     MIG instances stay listed (free): the layout does not change. Every other kind is listed
     only while occupied, so its partition is removed.
     """
-    freed = 0
+    freed = 1 if node.host_holds.pop(key, None) is not None else 0
     for gpu in node.gpus:
         kept: list[PartitionState] = []
         for partition in gpu.partitions:

@@ -40,6 +40,7 @@ class ShareBasis(StrEnum):
     MULTI_GPU = "multi-gpu"  # a tensor-parallel replica takes whole GPUs
     LATENCY = "latency"  # HIGH priority with a tight latency SLO
     LARGE = "large"  # a large model under auto: the class asks for an exclusive GPU
+    CPU_ONLY = "cpu-only"  # no GPU at all: the pod holds CPU and host memory only
 
 
 # Kinds whose unit is sized by memory, not compute, when the share is only the class's default.
@@ -77,6 +78,9 @@ def size(request: PlacementRequest, classification: Classification) -> Sizing:
     Raises ``ValueError`` for a stated share outside 1..1000.
     """
     sharing = SharingRequest(request.sharing)
+    if request.gpu_count == 0:
+        return Sizing(share_milli=0, basis=ShareBasis.CPU_ONLY, min_share_milli=(0,) * len(KINDS),
+                      workload_class=str(classification.workload_class))
     if request.gpu_count > 1:
         share, basis = SHARE_MILLI_FULL, ShareBasis.MULTI_GPU
     elif sharing == SharingRequest.EXCLUSIVE:
@@ -115,6 +119,7 @@ def _share_phrase(sizing: Sizing) -> str:
         ShareBasis.MULTI_GPU: "a whole GPU per GPU of a multi-GPU replica",
         ShareBasis.LATENCY: "a whole GPU for a HIGH-priority tight latency SLO",
         ShareBasis.LARGE: f"a whole GPU by default for a {sizing.workload_class} model",
+        ShareBasis.CPU_ONLY: "no GPU",
     }[sizing.basis]
 
 
@@ -137,6 +142,8 @@ def kind_rule(sizing: Sizing, kind: PartitionKind, memory_per_gpu_mib: int, gpu_
 
 def sizing_rule(sizing: Sizing, assignment: Assignment, memory_per_gpu_mib: int, gpu_count: int = 1) -> str:
     """The rule that sized ``assignment`` and what it gave ("... -> 1g.10gb")."""
+    if not assignment.partitions:
+        return "CPU-only: no GPU, CPU and host memory only"
     grant = assignment.partitions[0]
     kind = PartitionKind(assignment.kind)
     if kind == PartitionKind.MIG:

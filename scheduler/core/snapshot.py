@@ -143,6 +143,12 @@ class ClusterSnapshot:
         # Tie-break rank per node (lower wins among equal totals): node order unless replaced,
         # e.g. by a random permutation drawn once per seed in a trace replay.
         self.tie_rank = np.arange(len(self.nodes), dtype=np.int64)
+        # When each node's row was last written (a counter): score plugins that keep per-node
+        # figures between cycles (``derived``, e.g. each node's fragmentation) recompute just
+        # the rows written since they last looked.
+        self.row_version = np.zeros(len(self.nodes), dtype=np.int64)
+        self._writes = 0
+        self.derived: dict[object, object] = {}
         for i, node in enumerate(self.nodes):
             self._index_labels(i, node.labels)
             self._write_row(i)
@@ -249,6 +255,8 @@ class ClusterSnapshot:
         return mask
 
     def _write_row(self, i: int) -> None:
+        self._writes += 1
+        self.row_version[i] = self._writes
         node = self.nodes[i]
         if len(node.gpus) > self.gpu_slots:
             self._resize(len(self.nodes), 8 * -(-len(node.gpus) // 8), self.offer_slots)
@@ -289,6 +297,7 @@ class ClusterSnapshot:
         self.index[node.name] = i
         self._resize(i + 1, self.gpu_slots, self.offer_slots)
         self.tie_rank = np.append(self.tie_rank, i)
+        self.row_version = np.append(self.row_version, 0)
         self._label_arrays.clear()  # cached masks are sized by the node count
         self._index_labels(i, node.labels)
         self._write_row(i)

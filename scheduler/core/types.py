@@ -167,20 +167,26 @@ class NodeState:
     cordoned: bool = False
     # Host resources as the kubelet sees them (allocatable, and requested by pods already bound);
     # None where unknown: the NodeResourcesFit filter then lets every request through.
+    # ``*_requested`` counts the pods gpuplane did not place (inventory sync reads every pod on the
+    # node, as kube-scheduler's NodeResourcesFit does); ``host_holds`` what gpuplane's own
+    # placements hold, by placement key: (CPU milli, memory MiB), released with their partitions.
     cpu_allocatable_milli: int | None = None
     cpu_requested_milli: int = 0
     memory_allocatable_mib: int | None = None
     memory_requested_mib: int = 0
+    host_holds: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def cpu_free_milli(self) -> int | None:
-        return None if self.cpu_allocatable_milli is None else self.cpu_allocatable_milli - self.cpu_requested_milli
+        if self.cpu_allocatable_milli is None:
+            return None
+        return self.cpu_allocatable_milli - self.cpu_requested_milli - sum(c for c, _ in self.host_holds.values())
 
     @property
     def memory_free_mib(self) -> int | None:
         if self.memory_allocatable_mib is None:
             return None
-        return self.memory_allocatable_mib - self.memory_requested_mib
+        return self.memory_allocatable_mib - self.memory_requested_mib - sum(m for _, m in self.host_holds.values())
 
     @property
     def schedulable(self) -> bool:
@@ -205,7 +211,8 @@ class PlacementRequest:
     """One replica to place: what the deploy request says, plus its quota context.
 
     ``memory_mib`` is the GPU memory the replica needs in total; with ``gpu_count`` > 1
-    (tensor parallel) it is spread evenly over the GPUs. ``share_milli`` overrides the compute
+    (tensor parallel) it is spread evenly over the GPUs; ``gpu_count`` 0 is a CPU-only pod (it
+    holds CPU and host memory only: the trace replay's other teams' pods). ``share_milli`` overrides the compute
     share that classification would pick. ``gpu_models`` lists accepted catalog keys or families
     ("A100"), empty = any. ``key`` names the placement in the reserved partitions (for release).
     """
@@ -262,6 +269,8 @@ class Assignment:
 
     ``resources`` are the pod's extended-resource limits (``nvidia.com/gpu`` or
     ``nvidia.com/mig-<profile>``, the mixed MIG strategy); ``env`` the MPS variables.
+    ``cpu_milli`` / ``host_memory_mib`` are the pod's host requests, held on the node with the
+    partitions (a CPU-only pod holds only these: no partitions, ``kind`` exclusive by convention).
     """
 
     node: str
@@ -270,6 +279,8 @@ class Assignment:
     partitions: tuple[PartitionGrant, ...]
     resources: Mapping[str, int]
     env: Mapping[str, str]
+    cpu_milli: int = 0
+    host_memory_mib: int = 0
 
     @property
     def gpu_indexes(self) -> tuple[int, ...]:
@@ -289,6 +300,8 @@ class Assignment:
             "partitions": [p.to_dict() for p in self.partitions],
             "resources": dict(self.resources),
             "env": dict(self.env),
+            "cpu_milli": self.cpu_milli,
+            "host_memory_mib": self.host_memory_mib,
         }
 
 

@@ -21,7 +21,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connection
 
 from nodes.vocabulary import SHARE_MILLI_FULL
 from scheduler.adapters import InventorySnapshot, PartitionClaim, partition_claims
@@ -39,11 +38,11 @@ from scheduler.core import (
     build_profile,
 )
 from scheduler.core.advice import charge, explain_unplaced
-from scheduler.core.plugins.fragmentation_gradient import observed_typical_pods
 from scheduler.core.profiles import PROFILES
 from scheduler.core.wording import nodes_that
 from scheduler.services.errors import NoCapacity
 from scheduler.services.spec import DeploySpec
+from scheduler.services.workload_mix import WorkloadMix, current_workload_mix
 
 # Filters whose rejection reflects telemetry, not capacity: the default scheduler may still run
 # the workload where they said no (see "Default scheduler" above).
@@ -52,8 +51,28 @@ TELEMETRY_FILTERS = frozenset({"UtilizationLimit"})
 
 def placement_scheduler() -> Scheduler:
     """A ``Scheduler`` for the configured profile, with the settings' top-K, idle thresholds and
-    classification applied. Raises ``ImproperlyConfigured`` for an unknown or invalid profile."""
+    classification applied, and the observed workload mix (``workload_mix``: a cache read, no
+    database statement) given to its packing plugins unless the profile states their arguments.
+    Raises ``ImproperlyConfigured`` for an unknown or invalid profile."""
     name = settings.GPUPLANE_SCHEDULER_PROFILE
+    mix = current_workload_mix()
+    # Building the profile costs more than a decision: keep one Scheduler (stateless between
+    # cycles) per configuration and mix. The settings are fixed in a process; the mix changes
+    # once per refresh, so its version stands for it in the key.
+    key = (name, id(getattr(settings, "SCHEDULER_PROFILES", None)), settings.DECISION_MATRIX_TOP_K,
+           settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT,
+           json.dumps(getattr(settings, "SCHEDULER_CLASSIFICATION", {}), sort_keys=True),
+           None if mix is None else mix.version)
+    scheduler = _SCHEDULERS.get(key)
+    if scheduler is None:
+        scheduler = _build_scheduler(name, mix)
+        if len(_SCHEDULERS) >= 32:
+            _SCHEDULERS.clear()
+        _SCHEDULERS[key] = scheduler
+    return scheduler
+
+
+def _build_scheduler(name: str, mix: WorkloadMix | None) -> Scheduler:
     profiles = {**PROFILES, **getattr(settings, "SCHEDULER_PROFILES", {})}
     if name not in profiles:
         raise ImproperlyConfigured(f"GPUPLANE_SCHEDULER_PROFILE {name!r} is not a profile ({', '.join(sorted(profiles))})")
@@ -67,68 +86,26 @@ def placement_scheduler() -> Scheduler:
     }
     data["classification"] = {**dict(data.get("classification") or {}),
                               **getattr(settings, "SCHEDULER_CLASSIFICATION", {})}
-    _observed_workload(data)
-    # Building the profile costs more than a decision: keep one Scheduler (stateless between
-    # cycles) per distinct configuration, settings overrides and observed workloads included.
-    key = json.dumps(data, sort_keys=True, default=repr)
-    scheduler = _SCHEDULERS.get(key)
-    if scheduler is None:
-        try:
-            scheduler = Scheduler(build_profile(data))
-        except (ProfileError, ValueError, KeyError) as error:
-            raise ImproperlyConfigured(f"scheduling profile {name!r}: {error}") from error
-        if len(_SCHEDULERS) >= 32:
-            _SCHEDULERS.clear()
-        _SCHEDULERS[key] = scheduler
-    return scheduler
+    if mix is not None:
+        _observed_workload(data, mix)
+    try:
+        return Scheduler(build_profile(data))
+    except (ProfileError, ValueError, KeyError) as error:
+        raise ImproperlyConfigured(f"scheduling profile {name!r}: {error}") from error
 
 
-_SCHEDULERS: dict[str, Scheduler] = {}
+_SCHEDULERS: dict[tuple[Any, ...], Scheduler] = {}
 
 
-def _observed_workload(data: dict[str, Any]) -> None:
-    """Give FragmentationGradient the typical pods of the live placements, unless the profile
-    states its own; with too few placements the plugin keeps its shipped defaults."""
-    if "FragmentationGradient" not in dict(data.get("scores") or {}):
-        return
+def _observed_workload(data: dict[str, Any], mix: WorkloadMix) -> None:
+    """Give the profile's packing plugins the observed mix, where the profile does not state
+    their arguments itself."""
+    scores = dict(data.get("scores") or {})
     args = {name: dict(value) for name, value in dict(data.get("plugin_args") or {}).items()}
-    if "typical_pods" in args.get("FragmentationGradient", {}):
-        return
-    observed = _observed_typical_pods()
-    if observed is not None:
-        args["FragmentationGradient"] = {**args.get("FragmentationGradient", {}), "typical_pods": observed}
-        data["plugin_args"] = args
-
-
-# The live workload's typical pods, per process, for this long: reading every live placement
-# on each deploy grew with the fleet's use, and a workload's mix moves slowly (a new mix also
-# means building a new Scheduler). Inside a transaction (tests, callers that wrote) it is read.
-OBSERVED_WORKLOAD_TTL_S = 30.0
-_OBSERVED: tuple[float, list[dict[str, Any]] | None] | None = None
-_clock = time.monotonic
-
-
-def _observed_typical_pods() -> list[dict[str, Any]] | None:
-    global _OBSERVED
-    cached = not connection.in_atomic_block
-    now = _clock()
-    if cached and _OBSERVED is not None and now - _OBSERVED[0] < OBSERVED_WORKLOAD_TTL_S:
-        return _OBSERVED[1]
-    from scheduler.choices import PlacementStatus
-    from scheduler.models import Placement
-
-    live = Placement.objects.filter(node__isnull=False).exclude(
-        status__in=(PlacementStatus.RELEASED, PlacementStatus.FAILED))
-    observed = observed_typical_pods((share, len(gpus)) for share, gpus in live.values_list("share_milli", "gpu_indexes"))
-    if cached:
-        _OBSERVED = (now, observed)
-    return observed
-
-
-def forget_observed_workload() -> None:
-    """Read the live workload again on the next decision."""
-    global _OBSERVED
-    _OBSERVED = None
+    for plugin, values in mix.plugin_args().items():
+        if plugin in scores and not set(values) & set(args.get(plugin, {})):
+            args[plugin] = {**args.get(plugin, {}), **values}
+    data["plugin_args"] = args
 
 
 @dataclass
@@ -170,6 +147,8 @@ def _request(spec: DeploySpec, replica_index: int, quota: QuotaUsage | None) -> 
         # The fallback is the services' call (see the module docstring), not the core's.
         allow_default_scheduler=False,
         quota=quota,
+        cpu_milli=spec.cpu_milli,
+        host_memory_mib=spec.host_memory_mib,
     )
 
 

@@ -280,6 +280,7 @@ def _placement(deployment: Deployment, plan: ReplicaPlan, node_pks: Mapping[str,
             sharing=str(assignment.kind), gpu_indexes=list(assignment.gpu_indexes),
             share_milli=first.share_milli, memory_mib=first.memory_mib, mig_profile=first.mig_profile,
             resources=dict(assignment.resources), env=dict(assignment.env),
+            cpu_milli=assignment.cpu_milli, host_memory_mib=assignment.host_memory_mib,
         )
     return Placement(deployment=deployment, node=None, replica_index=plan.replica_index)
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from nodes import quantities
 from nodes.contract import RESERVED_LABEL_KEYS, RESERVED_LABEL_PREFIX
 from nodes.vocabulary import MIB_PER_GB
 from scheduler.core import Priority, SharingRequest, WorkloadType
@@ -19,6 +20,18 @@ from scheduler.models import Deployment
 MAX_MEMORY_GB = 4096
 MAX_GPU_COUNT = 16  # the largest GPU nodes have 16; a gang must fit on one node
 MAX_LATENCY_SLO_MS = 86_400_000
+# A pod's CPU and host memory: Kubernetes quantities within one large node's allocatable.
+MAX_CPU_MILLI = 1024 * 1000  # 1,024 cores
+MAX_HOST_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
+# What a replica's pod requests when the request states no ``cpu`` / ``memory`` (README.md,
+# "CPU and host memory"): a serving engine's tokenizer, scheduler and KV swap live on the host.
+HOST_DEFAULTS: dict[str, tuple[int, int]] = {  # workload type -> (CPU milli, memory MiB)
+    WorkloadType.INFERENCE: (4000, 16 * 1024),
+    WorkloadType.SERVING: (8000, 32 * 1024),
+    WorkloadType.TRAINING: (16000, 128 * 1024),
+    WorkloadType.DEVELOPMENT: (2000, 8 * 1024),
+    WorkloadType.BATCH: (4000, 16 * 1024),
+}
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -53,11 +66,28 @@ class DeploySpec:
     share_percent: int | None = None
     enable_gpu_selection: bool = True
     allow_default_scheduler: bool = True
+    # Kubernetes quantities ("8", "500m"; "64Gi"); None: the workload type's default (HOST_DEFAULTS).
+    cpu: str | int | float | None = None
+    memory: str | int | None = None
 
     @property
     def memory_mib(self) -> int:
         """The memory need in MiB, rounded up (a model never gets less than it asked for)."""
         return math.ceil(float(self.memory_gb) * MIB_PER_GB)
+
+    @property
+    def cpu_milli(self) -> int:
+        """CPU each replica's pod requests, in millicores (rounded up; the default when unstated)."""
+        if self.cpu is None:
+            return HOST_DEFAULTS.get(self.workload_type, HOST_DEFAULTS[WorkloadType.INFERENCE])[0]
+        return quantities.cpu_milli(self.cpu)
+
+    @property
+    def host_memory_mib(self) -> int:
+        """Host memory each replica's pod requests, in MiB (rounded up; the default when unstated)."""
+        if self.memory is None:
+            return HOST_DEFAULTS.get(self.workload_type, HOST_DEFAULTS[WorkloadType.INFERENCE])[1]
+        return quantities.memory_mib(self.memory)
 
 
 def _is_text(value: Any) -> bool:
@@ -90,6 +120,26 @@ def _check_int(errors: dict[str, list[str]], name: str, value: Any, low: int, hi
         errors[name].append("Enter a whole number.")
     elif not low <= value <= high:
         errors[name].append(f"Enter a whole number from {low} to {high}.")
+
+
+def _check_quantity(errors: dict[str, list[str]], name: str, value: Any, convert: Callable[[Any], int],
+                    most: int, show: Callable[[int], str]) -> None:
+    """A CPU or memory quantity: a Kubernetes quantity string (or a number: cores, bytes), > 0 and
+    at most ``most`` (in the converted unit). None is fine: the workload type's default applies."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        errors[name].append('Enter a Kubernetes quantity, e.g. "8", "500m", "64Gi".')
+        return
+    try:
+        amount = convert(value)
+    except (quantities.QuantityError, ArithmeticError):
+        errors[name].append(f'{value!r} is not a Kubernetes quantity: enter e.g. "8", "500m", "64Gi".')
+        return
+    if amount <= 0:
+        errors[name].append("Enter a quantity greater than 0.")
+    elif amount > most:
+        errors[name].append(f"Enter at most {show(most)}.")
 
 
 def label_errors(labels: Any) -> list[str]:
@@ -157,6 +207,8 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
         if not isinstance(getattr(spec, name), bool):
             errors[name].append("Enter true or false.")
     errors["labels"].extend(label_errors(spec.labels))
+    _check_quantity(errors, "cpu", spec.cpu, quantities.cpu_milli, MAX_CPU_MILLI, quantities.format_cpu)
+    _check_quantity(errors, "memory", spec.memory, quantities.memory_mib, MAX_HOST_MEMORY_MIB, quantities.format_memory)
     if not errors["gpu_count"] and not errors["sharing"]:
         share_percent = None if errors["share_percent"] else spec.share_percent
         for name, message in cross_field_errors(spec.gpu_count, spec.sharing, share_percent).items():
@@ -164,7 +216,9 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
     found = {name: messages for name, messages in errors.items() if messages}
     if found:
         raise ValidationError(found)
-    return replace(spec, memory_gb=float(memory), labels=dict(spec.labels))
+    # Canonical quantities, the defaults filled in: what the deployment stores and shows.
+    return replace(spec, memory_gb=float(memory), labels=dict(spec.labels),
+                   cpu=quantities.format_cpu(spec.cpu_milli), memory=quantities.format_memory(spec.host_memory_mib))
 
 
 def cross_field_errors(gpu_count: int, sharing: str, share_percent: int | None) -> dict[str, str]:
@@ -193,4 +247,5 @@ def spec_of(deployment: Deployment) -> DeploySpec:
         priority=deployment.priority, latency_slo_ms=deployment.latency_slo_ms, namespace=deployment.namespace,
         labels=dict(deployment.labels or {}), sharing=deployment.sharing, share_percent=deployment.share_percent,
         enable_gpu_selection=deployment.enable_gpu_selection,
+        cpu=quantities.format_cpu(deployment.cpu_milli), memory=quantities.format_memory(deployment.host_memory_mib),
     )

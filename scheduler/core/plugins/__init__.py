@@ -16,6 +16,7 @@ from scheduler.core.plugins.partition_compat import PartitionCompat
 from scheduler.core.plugins.power_efficiency import PowerEfficiency
 from scheduler.core.plugins.priority_power import PriorityPower
 from scheduler.core.plugins.sharing_mode_compat import SharingModeCompat
+from scheduler.core.plugins.sharing_plan import SharingPlan
 from scheduler.core.plugins.utilization_limit import UtilizationLimit
 from scheduler.core.plugins.workload_affinity import WorkloadAffinity
 
@@ -37,6 +38,7 @@ REGISTRY: dict[str, type[Plugin]] = {
         PartitionCompat,
         BestFit,
         FragmentationGradient,
+        SharingPlan,
         CapacityReserve,
     )
 }

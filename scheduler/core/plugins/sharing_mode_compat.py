@@ -11,6 +11,8 @@ from scheduler.core.types import MODE_KINDS, SharingRequest
 _MPS = MODE_ID[SharingMode.MPS]
 _WEIGHTED = MODE_ID[SharingMode.MPS_WEIGHTED]
 _TIMESLICE = MODE_ID[SharingMode.TIMESLICE]
+# Kinds a gang can be given whole GPUs as (``scheduler.core.fit``).
+_GANG_KINDS = frozenset({PartitionKind.EXCLUSIVE, PartitionKind.MPS_WEIGHTED})
 
 
 class SharingModeCompat(PreFilterPlugin, FilterPlugin):
@@ -19,8 +21,9 @@ class SharingModeCompat(PreFilterPlugin, FilterPlugin):
 
     1 "sharing mode not requested": the mode offers none of the accepted kinds
       (an explicit ``sharing: mps`` never lands on a time-sliced node).
-    2 "multi-GPU requests need whole GPUs": ``gpu_count`` > 1 on an mps, mps-weighted or
-      timeslice node (the device plugin refuses more than one shared replica per request).
+    2 "multi-GPU requests need whole GPUs": ``gpu_count`` > 1 on an mps or timeslice node
+      (the device plugin refuses more than one shared replica per request); an mps-weighted
+      node gives a gang untouched GPUs, 100 % of each (``scheduler.core.fit``).
     3 "MPS cannot run on MIG GPUs": an mps / mps-weighted node with a MIG-enabled GPU.
     4 "MPS clients exceed the GPU's limit": R > 48 clients (16 before compute capability 7.5).
     5 "MPS share too small": uniform MPS gives each client 1000 // R milli, so a request of
@@ -29,7 +32,8 @@ class SharingModeCompat(PreFilterPlugin, FilterPlugin):
       when the request demands compute of a replica (a stated share or an exclusive demand;
       time-slicing is otherwise sized by memory, ``scheduler.core.sizing``).
 
-    PreFilter refuses outright a multi-GPU request that explicitly asks for a shared mode.
+    PreFilter refuses outright a multi-GPU request that explicitly asks for a shared mode other
+    than mps-weighted. A CPU-only request (no GPU) passes every node.
     """
 
     NAME = "SharingModeCompat"
@@ -44,7 +48,8 @@ class SharingModeCompat(PreFilterPlugin, FilterPlugin):
 
     def pre_filter(self, state: CycleState) -> Status:
         sharing = SharingRequest(state.request.sharing)
-        if state.need.multi_gpu and sharing not in (SharingRequest.AUTO, SharingRequest.EXCLUSIVE):
+        gang_ok = (SharingRequest.AUTO, SharingRequest.EXCLUSIVE, SharingRequest.MPS_WEIGHTED)
+        if state.need.multi_gpu and sharing not in gang_ok:
             return Status(
                 Code.UNSCHEDULABLE,
                 f"{sharing} requests take exactly one GPU",
@@ -64,8 +69,10 @@ class SharingModeCompat(PreFilterPlugin, FilterPlugin):
         snapshot = state.snapshot
         need = state.need
         kinds = need.kinds
+        if need.cpu_only:
+            return np.zeros(len(snapshot.group_mode_id), dtype=np.int64)
         offers = np.array([bool(MODE_KINDS[mode] & kinds) for mode in MODES])
-        whole = np.array([PartitionKind.EXCLUSIVE in (MODE_KINDS[mode] & kinds) for mode in MODES])
+        whole = np.array([bool(MODE_KINDS[mode] & kinds & _GANG_KINDS) for mode in MODES])
         mode = snapshot.group_mode_id
         replicas = np.maximum(snapshot.group_replicas, 1)
         slot_share = SHARE_MILLI_FULL // replicas

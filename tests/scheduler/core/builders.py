@@ -24,7 +24,7 @@ import numpy as np
 from nodes.vocabulary import PartitionKind, SharingMode, Taint
 from scheduler.core import ClusterSnapshot, NodeState, PartitionState, PlacementRequest, new_gpus
 from scheduler.core.fit import build_need
-from scheduler.core.framework import CycleState, FilterPlugin, PreFilterPlugin, ScorePlugin
+from scheduler.core.framework import CycleState, FilterPlugin, PreFilterPlugin, PreScorePlugin, ScorePlugin
 
 H100 = "H100-SXM5-80GB"
 A100 = "A100-SXM4-40GB"
@@ -132,6 +132,8 @@ def scores(plugin: ScorePlugin, snapshot: ClusterSnapshot, req: PlacementRequest
     state = cycle(snapshot, req, plugin)
     wanted = names if names is not None else snapshot.names
     nodes = np.array([snapshot.index[name] for name in wanted], dtype=np.int64)
+    if isinstance(plugin, PreScorePlugin):
+        plugin.pre_score(state, nodes)
     raw = np.asarray(plugin.score(state, nodes))
     normalized = np.asarray(plugin.normalize(state, raw))
     return {name: (int(r), int(n)) for name, r, n in zip(wanted, raw, normalized, strict=True)}

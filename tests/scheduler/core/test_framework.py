@@ -194,12 +194,14 @@ def test_idle_gpus_follow_the_fallback_rule():
 
 def test_profiles_are_data():
     balanced = get_profile("balanced")
-    # The seed's weights, plus fragmentation awareness (issue 10).
+    # The seed's weights, plus the packing rule (issue 20).
     assert balanced.weights == {"PowerEfficiency": 0.3, "WorkloadAffinity": 0.25, "LeastUtilized": 0.2,
-                                "PriorityPower": 0.15, "PartitionCompat": 0.1, "FragmentationGradient": 0.3}
+                                "PriorityPower": 0.15, "PartitionCompat": 0.1, "FragmentationGradient": 3.0,
+                                "SharingPlan": 4.5}
     assert [p.NAME for p in balanced.filters] == list(PROFILES["balanced"]["filters"])
+    assert [p.NAME for p in balanced.pre_scores] == ["SharingPlan"]
     packing = get_profile("packing")
-    assert set(packing.weights) == {"BestFit", "FragmentationGradient", "PartitionCompat", "WorkloadAffinity"}
+    assert set(packing.weights) == {"SharingPlan", "FragmentationGradient", "PartitionCompat"}
     custom = get_profile("dense", {"dense": {"scores": {"BestFit": 1}, "plugin_args": {"UtilizationLimit": {"max_pct": 80}},
                                              "filters": ["NodeSchedulable", "UtilizationLimit", "GPUMemoryFit"]}})
     assert custom.name == "dense" and custom.filters[1].reasons == ("utilization >= 80%",)

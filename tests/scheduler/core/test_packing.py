@@ -1,4 +1,6 @@
-"""Packing filter, scorers and policies on small hand-computed clusters (DESIGN.md section 13)."""
+"""The trace replay's baselines (filter, scorers, FGD and BestFit) on small hand-computed clusters.
+
+gpuplane's own rule is the API's profiles: tests/scheduler/core/test_packing_rule.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,17 +17,15 @@ from scheduler.core.packing import (
     sigmoid_score,
     worst_fit_scores,
 )
-from scheduler.core.packing_plan import SharingPlan
-from scheduler.core.packing_policies import POLICIES, Choice, choose, class_table
+from scheduler.core.packing_policies import POLICIES, choose, class_table
 
 HALF_POD = PackPod(cpu_milli=1000, memory_mib=1024, gpu_milli=500, gpu_count=1)
 HALF_CLASS = (PodClass(0, 500, 1),)
-NO_SHARING = SharingPlan.build([])
 
 
-def _cluster(*nodes: PackNode, classes=HALF_CLASS, policy: str = "fgd") -> PackingCluster:
+def _cluster(*nodes: PackNode, classes=HALF_CLASS) -> PackingCluster:
     cluster = PackingCluster(nodes)
-    cluster.track(class_table(policy, list(classes), list(cluster.models)))
+    cluster.track(class_table(list(classes), list(cluster.models)))
     return cluster
 
 
@@ -74,81 +74,12 @@ def test_a_sharing_pod_takes_the_gpu_it_scores_best_on():
     assert choose("bestfit", cluster, HALF_POD).gpus == [2]
 
 
-WHOLE_CLASS = (PodClass(4000, 1000, 1),)
-
-
-def test_gpuplane_keeps_cpu_where_free_gpus_need_it_and_fgd_does_not():
-    # Typical pod: 1 GPU + 4000 CPU. "balanced" (first in row order) has CPU for exactly its 2
-    # GPUs' pods, "cpu-rich" for 4 pods. A 4000-CPU CPU-only pod on "balanced" still leaves one
-    # typical pod room, so FGD scores both nodes 50 and takes the first; gpuplane counts the GPU
-    # that CPU can no longer feed (1000 milli: score 26) and takes "cpu-rich" (still 50).
-    nodes = (PackNode("balanced", 8000, 10**6, 2, "T4"), PackNode("cpu-rich", 16000, 10**6, 2, "T4"))
-    cpu_only = PackPod(4000, 1024, 0, 0)
-    assert choose("fgd", _cluster(*nodes, classes=WHOLE_CLASS), cpu_only) == Choice(0, [])
-    gpuplane = _cluster(*nodes, classes=WHOLE_CLASS, policy="gpuplane")
-    assert fgd_scores(gpuplane, cpu_only, np.array([0, 1]))[0].tolist() == [26, 50]
-    assert choose("gpuplane", gpuplane, cpu_only, plan=NO_SHARING) == Choice(1, [])
-
-
-def test_gpuplane_sends_a_cpu_light_gpu_pod_where_cpu_is_short():
-    # Typical pod: 1 GPU + 4000 CPU. "balanced" (first) has CPU for its 2 GPUs' pods; "cpu-poor"
-    # has 4 GPUs but CPU for 3 pods. A 1-GPU pod asking only 2000 CPU leaves one typical pod
-    # room on either, so FGD ties (50, 50) and takes "balanced". gpuplane sees "cpu-poor" go
-    # from 1000 stranded milli to 500 (delta +500: 62) and sends the CPU-light pod there.
-    nodes = (PackNode("balanced", 8000, 10**6, 2, "T4"), PackNode("cpu-poor", 12000, 10**6, 4, "T4"))
-    light = PackPod(2000, 1024, 1000, 1)
-    fgd = _cluster(*nodes, classes=WHOLE_CLASS)
-    assert fgd_scores(fgd, light, np.array([0, 1]))[0].tolist() == [50, 50]
-    assert choose("fgd", fgd, light) == Choice(0, [0])
-    gpuplane = _cluster(*nodes, classes=WHOLE_CLASS, policy="gpuplane")
-    assert fgd_scores(gpuplane, light, np.array([0, 1]))[0].tolist() == [50, 62]
-    assert choose("gpuplane", gpuplane, light, plan=NO_SHARING) == Choice(1, [0])
-
-
-def test_gpuplane_needs_the_cpu_bounded_table_and_the_plan():
-    with pytest.raises(ValueError, match="CPU-bounded"):
-        choose("gpuplane", _cluster(PackNode("n", 8000, 4096, 1)), HALF_POD, plan=NO_SHARING)
-    with pytest.raises(ValueError, match="plan"):
-        choose("gpuplane", _cluster(PackNode("n", 8000, 4096, 1), policy="gpuplane"), HALF_POD)
-
-
-TINY_CLASS = (PodClass(0, 200, 1),)
-PLAN_650_320 = SharingPlan.build([650, 320, 470, 470])  # GPUs 650+320 and 470+470
-
-
-def _pair_cluster(policy: str) -> PackingCluster:
-    # "with-470" (first row): one GPU holding a 470 (530 free); "with-650": one holding a 650.
-    cluster = _cluster(PackNode("with-470", 8000, 10**6, 1, "T4"), PackNode("with-650", 8000, 10**6, 1, "T4"),
-                       classes=TINY_CLASS, policy=policy)
-    cluster.place(0, PackPod(0, 0, 470, 1), [0])
-    cluster.place(1, PackPod(0, 0, 650, 1), [0])
-    return cluster
-
-
-def test_gpuplane_pairs_a_sharing_pod_as_the_lists_plan_does_where_fgd_leaves_a_gap():
-    # Typical pod 200 milli. A 320 beside the 470 leaves 210, which still hosts one (delta 0:
-    # 50); beside the 650 it leaves 30 (delta -30: 49). FGD takes the 470's GPU and strands
-    # 210 that only tiny pods fill; the list's plan pairs 650 with 320, so gpuplane leaves 30.
-    pod = PackPod(1000, 1024, 320, 1)
-    fgd = _pair_cluster("fgd")
-    assert fgd_scores(fgd, pod, np.array([0, 1]))[0].tolist() == [50, 49]
-    assert choose("fgd", fgd, pod) == Choice(0, [0])
-    assert choose("gpuplane", _pair_cluster("gpuplane"), pod, plan=PLAN_650_320) == Choice(1, [0])
-
-
-def test_gpuplane_falls_back_to_the_bounded_fgd_rule_when_no_gpu_is_on_plan():
-    # A 160 is in no pattern of the plan: gpuplane scores as FGD does and takes the first best.
-    pod = PackPod(1000, 1024, 160, 1)
-    assert choose("gpuplane", _pair_cluster("gpuplane"), pod, plan=PLAN_650_320) == choose(
-        "fgd", _pair_cluster("fgd"), pod)
-
-
 def test_whole_gpu_pods_take_the_lowest_free_gpus_and_ties_go_to_the_first_row():
     pod = PackPod(1000, 0, 1000, 2)
-    for policy in ("bestfit", "fgd", "gpuplane"):
-        cluster = _cluster(PackNode("a", 8000, 10**6, 4, "G2"), PackNode("b", 8000, 10**6, 4, "G2"), policy=policy)
+    for policy in ("bestfit", "fgd"):
+        cluster = _cluster(PackNode("a", 8000, 10**6, 4, "G2"), PackNode("b", 8000, 10**6, 4, "G2"))
         cluster.place(0, PackPod(0, 0, 1000, 1), [1])
-        choice = choose(policy, cluster, pod, plan=NO_SHARING)
+        choice = choose(policy, cluster, pod)
         assert choice is not None
         assert (choice.row, choice.gpus) == (0, [0, 2]), policy
     assert choose("firstfit", _cluster(PackNode("a", 8000, 10**6, 1), PackNode("b", 8000, 10**6, 1)), pod) is None
@@ -167,15 +98,14 @@ def test_every_policy_places_only_where_the_pod_fits(policy):
     rng = np.random.default_rng(1)
     nodes = [PackNode(f"n{i}", int(rng.integers(4, 33)) * 1000, 65536, int(rng.choice([1, 2, 4, 8])),
                       str(rng.choice(["T4", "G2"]))) for i in range(12)]
-    cluster = _cluster(*nodes, classes=(PodClass(2000, 500, 1, weight=0.6), PodClass(4000, 1000, 2, weight=0.4)),
-                       policy=policy)
+    cluster = _cluster(*nodes, classes=(PodClass(2000, 500, 1, weight=0.6), PodClass(4000, 1000, 2, weight=0.4)))
     for _ in range(60):
         pod = PackPod(int(rng.integers(0, 8)) * 1000, 4096, int(rng.choice([0, 250, 500, 1000])), 1)
         if pod.gpu_milli == 1000:
             pod = PackPod(pod.cpu_milli, pod.memory_mib, 1000, int(rng.integers(1, 3)))
         elif pod.gpu_milli == 0:
             pod = PackPod(pod.cpu_milli, pod.memory_mib, 0, 0)
-        choice = choose(policy, cluster, pod, rng=rng, plan=SharingPlan.build([500, 250, 250, 250]))
+        choice = choose(policy, cluster, pod, rng=rng)
         if choice is None:
             assert not len(cluster.fits(pod))
             continue

@@ -6,6 +6,7 @@ import pytest
 
 from nodes.vocabulary import PartitionKind, SharingMode
 from scheduler.core import ClusterSnapshot, Priority
+from scheduler.core.fragmentation_columns import TypicalPods
 from scheduler.core.plugins import (
     BestFit,
     FragmentationGradient,
@@ -15,7 +16,7 @@ from scheduler.core.plugins import (
     PriorityPower,
     WorkloadAffinity,
 )
-from scheduler.core.plugins.fragmentation_gradient import TypicalPod, fragmentation
+from scheduler.core.plugins.fragmentation_gradient import squash
 from tests.scheduler.core.builders import A100, GIB, H100, make_node, occupy, request, scores
 
 
@@ -147,18 +148,22 @@ def test_fragmentation_gradient():
     plugin = FragmentationGradient(typical_pods=[{"share_milli": 250, "gpu_count": 1, "weight": 1}])
     quarter = scores(plugin, snapshot, request(1, share_milli=250), ["two-gpus", "tight"])
     # two-gpus: the 250 goes to GPU 1 (GPU 0 cannot take it). F_before = 200 (GPU 0 cannot host
-    # a 250 pod), F_after = 200 -> raw 0.
+    # a 250 pod), F_after = 200 -> raw 0 -> FGD's squash 100 / (1 + e^0) = 50.
     # tight: F_before = 0 (its GPU hosts 250); after, 50 is left, which hosts nothing, and the
-    # node then runs no typical pod: F_after = 50 -> raw -50.
-    # Spread over the two: 100 x (0 + 50) // 50 = 100 and 0 (FGD's sigmoid gave 50 and 48).
-    assert quarter == {"two-gpus": (0, 100), "tight": (-50, 0)}
+    # node then runs no typical pod: F_after = 50 -> raw -50 -> 100 / (1 + e^0.05) = 48.75 -> 48.
+    assert quarter == {"two-gpus": (0, 50), "tight": (-50, 48)}
     # A 100 milli pod on fills-a-hole takes GPU 0 (least free share that covers it):
-    # F_before = 100, F_after = 0 -> raw 100; alone, it gets the full 100.
-    assert scores(plugin, snapshot, request(1, share_milli=100), ["fills-a-hole"]) == {"fills-a-hole": (100, 100)}
+    # F_before = 100, F_after = 0 -> raw 100 -> 100 / (1 + e^-0.1) = 52.5 -> 52.
+    assert scores(plugin, snapshot, request(1, share_milli=100), ["fills-a-hole"]) == {"fills-a-hole": (100, 52)}
     both = scores(plugin, snapshot, request(1, share_milli=100), ["two-gpus", "fills-a-hole"])
     # two-gpus: 100 on GPU 0 (200 free, the tightest) leaves 100 that hosts no 250: F 200 -> 100,
-    # raw 100 as well: a tie, both 100.
-    assert both == {"two-gpus": (100, 100), "fills-a-hole": (100, 100)}
+    # raw 100 as well: a tie.
+    assert both == {"two-gpus": (100, 52), "fills-a-hole": (100, 52)}
+
+
+def test_the_squash_is_fgds_sigmoid_truncated():
+    # 100 / (1 + e^(-x / 1000)): 0 -> 50; 200 -> 54.98 -> 54; -500 -> 37.75 -> 37; -2000 -> 11.9 -> 11.
+    assert squash(np.array([0, 200, -500, -2000, 10**6, -(10**6)])).tolist() == [50, 54, 37, 11, 100, 0]
 
 
 def test_fragmentation_gradient_counts_cpu_and_gpu_models():
@@ -172,28 +177,49 @@ def test_fragmentation_gradient_counts_cpu_and_gpu_models():
         {"share_milli": 500, "gpu_count": 1, "weight": 1, "cpu_milli": 2000, "gpu_models": ["A100"]},
     ])
     got = scores(plugin, snapshot, request(1, share_milli=250, cpu_milli=1000))
-    # roomy: 1000 free, hosts the class before and after (750 left, 7000 CPU): F 0 -> 0, raw 0.
+    # roomy: 1000 free, hosts the class before and after (750 left, 7000 CPU): F 0 -> 0, raw 0 -> 50.
     # cpu-short: 2000 CPU free runs the class before; 1000 after does not, so its 750 free
-    # milli all become fragment: raw -750.
+    # milli all become fragment: raw -750 -> 100 / (1 + e^0.75) = 32.1 -> 32.
     # t4: the class accepts A100 only, so all free milli is fragment before (1000) and after
-    # (750): raw +250, the placement uses up capacity nobody of the class could use.
-    assert got == {"roomy": (0, 75), "cpu-short": (-750, 0), "t4": (250, 100)}
+    # (750): raw +250 -> 56.2 -> 56: the placement uses up capacity nobody of the class could use.
+    assert got == {"roomy": (0, 50), "cpu-short": (-750, 32), "t4": (250, 56)}
+
+
+def test_the_bounded_measure_counts_gpus_the_cpu_left_cannot_feed():
+    node = _weighted("four-free", [0, 0, 0, 0])
+    node.cpu_allocatable_milli = 16000
+    snapshot = ClusterSnapshot([node])
+    pods = [{"share_milli": 1000, "gpu_count": 1, "weight": 1, "cpu_milli": 12000}]
+    bounded = FragmentationGradient(typical_pods=pods)
+    fgd = FragmentationGradient(typical_pods=pods, cpu_bounded=False)
+    # A 4,000-milli CPU-only pod leaves 12,000 CPU: one more whole-GPU pod still fits, so FGD sees
+    # no fragment before or after (raw 0). Bounded: before, 16000 / 12000 = 1.33 pods' CPU for 4
+    # GPUs -> usable 4000 x 1.33 / 4 = 1333, F = 4000 - 1333 = 2667; after, 12000 / 12000 = 1 pod
+    # -> usable 1000, F = 3000: raw -333 (the pod strands a third of a GPU more).
+    cpu_only = request(1, gpu_count=0, cpu_milli=4000)
+    assert scores(fgd, snapshot, cpu_only) == {"four-free": (0, 50)}
+    assert scores(bounded, snapshot, cpu_only) == {"four-free": (-333, 41)}
 
 
 def test_fragmentation_counts_capacity_a_class_cannot_use():
-    free = np.array([[1000, 1000, 500, 0, 0, 0, 0, 0]])
-    max_unit = free.copy()
-    whole = np.array([[True, True, False, False, False, False, False, False]])
-    # Results are milli-GPU x weight thousandths (weight 1000 = the only class).
-    # Whole-GPU pods, 2 per pod: the node runs them; only the 500 of the shared GPU is fragment.
-    assert fragmentation(free, max_unit, whole, [TypicalPod(1000, 2, 1000)]).tolist() == [500_000.0]
+    total = np.array([[2500.0]])  # GPUs free: 1000, 1000, 500
+    cpu = np.array([[10**9]])
+
+    def f(pods: list[dict], hosted: list[int], hosts: list[int]) -> float:
+        table = TypicalPods.build(pods, cpu_bounded=False)
+        access = np.ones((len(pods), 1), dtype=bool)
+        return float(table.fragment(access, total, np.array([hosted]).T, np.array([hosts]).T, cpu)[0])
+
+    whole2 = {"share_milli": 1000, "gpu_count": 2, "weight": 1}
+    # Whole-GPU pods, 2 per pod: 2 GPUs host them (2000 milli); only the 500 GPU is fragment.
+    assert f([whole2], [2000], [2]) == 500
     # 3 whole GPUs per pod: the node cannot run it, all 2500 free is fragment.
-    assert fragmentation(free, max_unit, whole, [TypicalPod(1000, 3, 1000)]).tolist() == [2_500_000.0]
-    # 600 milli pods: GPUs with 1000 host them; the 500 GPU cannot -> 500; mixed 50/50 ->
-    # 500 x 500 + 2500 x 500 = 1,500,000 (1500 milli-GPU).
-    assert fragmentation(free, max_unit, whole, [TypicalPod(600, 1, 1000)]).tolist() == [500_000.0]
-    pods = [TypicalPod(600, 1, 500), TypicalPod(1000, 3, 500)]
-    assert fragmentation(free, max_unit, whole, pods).tolist() == [1_500_000.0]
+    assert f([{**whole2, "gpu_count": 3}], [2000], [2]) == 2500
+    # 600 milli pods: the 1000 GPUs host them, the 500 cannot -> 500; half and half with the
+    # 3-GPU class: 0.5 x 500 + 0.5 x 2500 = 1500.
+    share = {"share_milli": 600, "gpu_count": 1, "weight": 1}
+    assert f([share], [2000], [2]) == 500
+    assert f([share, {**whole2, "gpu_count": 3}], [2000, 2000], [2, 2]) == 1500
 
 
 def test_fragmentation_gradient_rejects_empty_typical_pods():
@@ -208,5 +234,6 @@ def test_fragmentation_gradient_counts_a_unit_larger_than_the_request_as_strande
     ])
     plugin = FragmentationGradient(typical_pods=[{"share_milli": 250, "gpu_count": 1, "weight": 1}])
     got = scores(plugin, snapshot, request(4, share_milli=250))
-    # Both nodes host 250 before and after (F 0 -> 0); mps-2's slot gives 500 for 250: raw -250.
-    assert got == {"mps-2": (-250, 0), "mps-4": (0, 100)}
+    # Both nodes host 250 before and after (F 0 -> 0); mps-2's slot gives 500 for 250: raw -250
+    # -> 100 / (1 + e^0.25) = 43.8 -> 43; mps-4: raw 0 -> 50.
+    assert got == {"mps-2": (-250, 43), "mps-4": (0, 50)}

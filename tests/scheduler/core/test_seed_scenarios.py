@@ -18,14 +18,16 @@ def test_scenario_1_large_high_priority_tight_slo_gets_an_exclusive_h100():
     assert decision.assignment.partitions[0].share_milli == 1000
     assert decision.classification.latency_override
     # Why: every seed plugin prefers the H100 (e.g. H100 1412 vs A100 780 milli-TFLOPS/W,
-    # preferred GPU, HIGH priority wants TFLOPS): 100 on each. FragmentationGradient gives it 0:
-    # a whole H100 of two leaves no room for the shipped 2 x 1000 typical pod (raw -100).
+    # preferred GPU, HIGH priority wants TFLOPS): 100 on each. FragmentationGradient: a whole H100
+    # of two leaves no room for the shipped 2 x 1000 typical pod (raw -100 milli-GPU, squashed
+    # 47); SharingPlan has no say for a whole GPU (100 everywhere). The total is the weighted
+    # mean: (0.3 + 0.25 + 0.2 + 0.15 + 0.1) x 100 + 3.0 x 47 + 4.5 x 100 = 691, / 8.5 = 81.294.
     chosen = decision.row(decision.node)
-    assert chosen.total == 100.0
+    assert chosen.total == 81.294
     weighted_a100 = decision.row("a100-5")
-    # A full weighted GPU would do, badly: 55 x 0.3 + 15 x 0.25 + 100 x 0.2 + 31 x 0.15 + 100 x 0.1
-    # = 54.9, plus FragmentationGradient 100 x 0.3 (raw +400: it strands nothing) = 84.9.
-    assert weighted_a100.feasible and weighted_a100.total == 84.9
+    # A full weighted GPU would do, worse: 55 x 0.3 + 15 x 0.25 + 100 x 0.2 + 31 x 0.15 + 100 x 0.1
+    # = 54.9, + 3.0 x 47 (the same -100 milli-GPU) + 4.5 x 100 = 645.9, / 8.5 = 75.988.
+    assert weighted_a100.feasible and weighted_a100.total == 75.988
     # Uniform MPS / time-slice slots can never give 100 %.
     assert decision.row("a100-3").reason == "MPS share too small"
     assert decision.row("a100-7").reason == "time-slice share too small"
@@ -42,11 +44,12 @@ def test_scenario_2_small_low_priority_batch_gets_a_half_a100_over_mps():
     assert assignment.partitions[0].share_milli == 500
     assert assignment.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     # A100 beats an idle H100: efficiency 55 x 0.30 + affinity 100 x 0.25 + utilization 100 x 0.20
-    # + LOW power 100 x 0.15 + compat 100 x 0.10 = 86.5, + fragmentation 100 x 0.30 = 116.5 vs
-    # H100 100 x 0.30 + 15 x 0.25 + 100 x 0.20 + 57 x 0.15 + 50 x 0.10 = 67.3, + fragmentation
-    # 0 (an exclusive H100 taken: -100 milli-GPU, the least) = 67.3.
-    assert decision.row(decision.node).total == 116.5
-    assert decision.row("h100-1").total == 67.3
+    # + LOW power 100 x 0.15 + compat 100 x 0.10 = 86.5, + fragmentation 3.0 x 54 (raw +200
+    # milli-GPU) + plan 4.5 x 100 = 698.5, / 8.5 = 82.176 vs H100 100 x 0.30 + 15 x 0.25 + 100 x
+    # 0.20 + 57 x 0.15 + 50 x 0.10 = 67.3, + 3.0 x 35 (an exclusive H100 taken: raw -600) + 450
+    # = 622.3, / 8.5 = 73.212.
+    assert decision.row(decision.node).total == 82.176
+    assert decision.row("h100-1").total == 73.212
 
 
 def test_scenario_3_mixed_load_goes_to_the_least_utilized_suitable_a100():
@@ -100,8 +103,12 @@ def test_the_demo_decision_matrix_is_json_with_every_node():
     assert {row["node"] for row in data["rows"]} == {f"h100-{i}" for i in range(1, 5)} | {f"a100-{i}" for i in range(1, 9)}
     assert data["profile"] == "balanced"
     assert data["weights"] == {"PowerEfficiency": 0.3, "WorkloadAffinity": 0.25, "LeastUtilized": 0.2,
-                               "PriorityPower": 0.15, "PartitionCompat": 0.1, "FragmentationGradient": 0.3}
+                               "PriorityPower": 0.15, "PartitionCompat": 0.1, "FragmentationGradient": 3.0,
+                               "SharingPlan": 4.5}
+    assert data["total_scale"] == 100
     top = data["rows"][0]
     assert top["node"] == data["node"] and top["rank"] == 1
     assert [s["plugin"] for s in top["scores"]] == list(data["weights"])
+    # A total is the weighted mean of the row's normalized scores: its cells add up to it.
+    assert abs(sum(s["weighted"] for s in top["scores"]) - top["total"]) < 0.01 and 0 <= top["total"] <= 100
     assert data["assignment"]["node"] == data["node"]

@@ -86,26 +86,63 @@ def test_profiles_replay_through_the_api_scheduler(lists, capsys, policy):
     nodes, pods = lists
     assert trace_replay.main(["--pods", str(pods), "--policy", policy, "--seeds", "42", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["policy"] == policy and result["expressible_only"] is True
+    assert result["policy"] == policy
     assert 50 < result["alloc_130_mean"] <= 100
-    # CPU-only and 2-GPU pods cannot be asked of the core: refused and counted, never placed.
-    pod_list = trace_replay.load_pods(pods)
-    assert result["per_seed"][0]["unexpressible"] >= sum(p.gpu_count != 1 for p in pod_list)
+    # CPU-only and 2-GPU pods are requests the core takes: none is refused as unexpressible.
+    assert result["unexpressible"] == 0 and result["per_seed"][0]["unexpressible"] == 0
 
 
 def test_profile_replay_keeps_cpu_and_gpu_models_honest(lists):
-    from bench.trace_profiles import ProfileReplayer, typical_share_pods
+    from bench.trace_profiles import ProfileReplayer, workload_args
     from scheduler.core.packing import PackPod
 
     nodes, pods = lists
     node_list = trace_replay.load_nodes(nodes)
-    replayer = ProfileReplayer("packing", node_list, typical_share_pods(trace_replay.load_pods(pods)))
+    replayer = ProfileReplayer("packing", node_list, workload_args(trace_replay.load_pods(pods)))
+
+    def held() -> list[tuple[str, int]]:  # (GPU model, CPU held by the replay's pods) per node
+        return sorted((n.gpu_model, sum(c for c, _ in n.host_holds.values())) for n in replayer.snapshot.nodes
+                      if n.host_holds)
+
     t4 = PackPod(cpu_milli=30000, memory_mib=1024, gpu_milli=500, gpu_count=1, gpu_models=("T4",))
     assert replayer.place(t4)
-    placed = [n for n in replayer.snapshot.nodes if n.cpu_requested_milli]
-    assert [n.gpu_model for n in placed] == ["T4"] and placed[0].cpu_requested_milli == 30000
+    assert held() == [("T4", 30000)]
     # The T4 nodes have 32000 CPU: a second 30000 pod cannot go where the first went.
     assert replayer.place(t4)
-    assert sorted(n.cpu_requested_milli for n in replayer.snapshot.nodes if n.cpu_requested_milli) == [30000, 30000]
+    assert held() == [("T4", 30000), ("T4", 30000)]
     # A pod bigger than any node's CPU is refused, not pinned where the kubelet would refuse it.
     assert not replayer.place(PackPod(cpu_milli=200000, memory_mib=1, gpu_milli=1000, gpu_count=1))
+
+
+def test_cpu_only_pods_consume_cpu_through_the_schedulers_reservation(lists):
+    from bench.trace_profiles import ProfileReplayer, workload_args
+    from scheduler.core.packing import PackPod
+
+    nodes, pods = lists
+    replayer = ProfileReplayer("balanced", trace_replay.load_nodes(nodes), workload_args(trace_replay.load_pods(pods)))
+    snapshot = replayer.snapshot
+    free_before = snapshot.cpu_free_milli.copy()
+    cpu_only = PackPod(cpu_milli=20000, memory_mib=4096, gpu_milli=0, gpu_count=0)
+    assert replayer.place(cpu_only)
+    (node,) = [n for n in snapshot.nodes if n.host_holds]
+    i = snapshot.index[node.name]
+    # The pod holds CPU and memory and no GPU; the node's free CPU column fell by its request.
+    assert list(node.host_holds.values()) == [(20000, 4096)]
+    assert all(not gpu.occupied() for gpu in node.gpus)
+    assert free_before[i] - snapshot.cpu_free_milli[i] == 20000
+    # CPU-only pods fill CPU until none is left: then they are refused (NodeResourcesFit).
+    while replayer.place(cpu_only):
+        pass
+    assert (snapshot.cpu_free_milli < 20000).all()
+
+
+def test_a_whole_gpu_gang_takes_untouched_gpus_of_a_weighted_node(lists):
+    from bench.trace_profiles import ProfileReplayer, workload_args
+    from scheduler.core.packing import PackPod
+
+    nodes, pods = lists
+    replayer = ProfileReplayer("packing", trace_replay.load_nodes(nodes), workload_args(trace_replay.load_pods(pods)))
+    assert replayer.place(PackPod(cpu_milli=1000, memory_mib=1024, gpu_milli=1000, gpu_count=4))
+    (node,) = [n for n in replayer.snapshot.nodes if n.host_holds]
+    held = [gpu.index for gpu in node.gpus if gpu.occupied()]
+    assert len(held) == 4 and all(gpu.allocated_milli == 1000 for gpu in node.gpus if gpu.occupied())

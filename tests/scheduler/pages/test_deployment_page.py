@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from scheduler.plugin_labels import plugin_label
 from tests.scheduler.pages.deploying import deploy, free_partitions
 from tests.scheduler.pages.html_tables import row_texts, table_rows
 
@@ -24,6 +25,7 @@ BALANCED_IN_WORDS = {
     "PriorityPower": ("Priority: power", "W"),
     "PartitionCompat": ("Partition fit", "% of the unit"),
     "FragmentationGradient": ("Fragmentation", "milli-GPU"),
+    "SharingPlan": ("Sharing plan", "planned step"),
 }
 
 # ---- the deployment page ---------------------------------------------------------------------------
@@ -48,15 +50,18 @@ def test_the_page_shows_the_placement_and_the_decision_matrix(viewer_client, dem
 
     rows = table_rows(body, "data-matrix-table")
     header, body_rows = rows[0][1], rows[1:]
-    # Columns heaviest weight first, equal weights by name; balanced: 0.30 FragmentationGradient,
-    # 0.30 PowerEfficiency ... 0.10 PartitionCompat.
+    # Columns heaviest weight first, equal weights by name; balanced: 4.5 SharingPlan,
+    # 3.0 FragmentationGradient, 0.30 PowerEfficiency ... 0.10 PartitionCompat.
     weights = sorted(matrix["weights"].items(), key=lambda item: (-item[1], item[0]))
     plugins = [plugin for plugin, _ in weights]
-    assert plugins[:2] == ["FragmentationGradient", "PowerEfficiency"] and plugins[-1] == "PartitionCompat"
+    assert plugins[:3] == ["SharingPlan", "FragmentationGradient", "PowerEfficiency"]
+    assert plugins[-1] == "PartitionCompat"
     assert set(plugins) == set(BALANCED_IN_WORDS)
     assert header == (
-        "Rank Node Verdict " + " ".join(f"{BALANCED_IN_WORDS[p][0]} × {w:.2f}" for p, w in weights) + " Total"
+        "Rank Node Verdict " + " ".join(f"{BALANCED_IN_WORDS[p][0]} × {w:.2f}" for p, w in weights) + " Total of 100"
     )
+    # The request's host resources (the batch workload type's defaults), and the scale of a total.
+    assert "Requests 4 CPU and 16 GiB of host memory per replica" in body
     # One table row per stored matrix row, in the stored order.
     assert [attrs["data-node"] for attrs, _ in body_rows] == [row["node"] for row in matrix["rows"]]
     chosen = [(attrs, text) for attrs, text in body_rows if attrs["data-verdict"] == "chosen"]
@@ -68,13 +73,16 @@ def test_the_page_shows_the_placement_and_the_decision_matrix(viewer_client, dem
     # Rank, node, facts, verdict, then each plugin's weighted score, raw value in its unit and
     # normalized score, then the total.
     cells = " ".join(
-        f"{s['weighted']:.1f} {s['raw']} {BALANCED_IN_WORDS[s['plugin']][1]} · {s['normalized']}/100"
+        f"{s['weighted']:.1f} {plugin_label(s['plugin'], 'low').raw_text(s['raw'])} · {s['normalized']}/100"
         for s in sorted(stored["scores"], key=lambda s: plugins.index(s["plugin"]))
     )
+    facts = stored["facts"]
+    host = f" · {facts['cpu_free_milli'] / 1000:g} CPU, {facts['memory_free_mib'] / 1024:g} GiB free"
     assert text == (
-        f"{stored['rank']} {stored['node']} A100-SXM4-40GB · {stored['facts']['sharing_mode']} chosen {cells} "
+        f"{stored['rank']} {stored['node']} A100-SXM4-40GB · {facts['sharing_mode']}{host} chosen {cells} "
         f"{stored['total']:.1f}"
     )
+    assert abs(sum(s["weighted"] for s in stored["scores"]) - stored["total"]) < 0.01
     rejected = [(a, t) for a, t in body_rows if a["data-verdict"] == "rejected"]
     stored_rejected = [row for row in matrix["rows"] if not row["feasible"]]
     assert len(rejected) == len(stored_rejected) > 0

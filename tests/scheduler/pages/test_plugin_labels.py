@@ -20,6 +20,8 @@ from scheduler.plugin_labels import plugin_label, words
         ("PartitionCompat", "medium", 87, "Partition fit", "87 % of the unit"),
         ("WorkloadAffinity", "medium", 15, "Workload affinity", "15 % match"),
         ("FragmentationGradient", "medium", -50, "Fragmentation", "-50 milli-GPU"),
+        ("SharingPlan", "medium", 1, "Sharing plan", "on plan"),
+        ("SharingPlan", "medium", 0, "Sharing plan", "off plan"),
         # PriorityPower measures what the priority asks for.
         ("PriorityPower", "high", 989, "Priority: speed", "989 TFLOPS"),
         ("PriorityPower", "low", 700, "Priority: power", "700 W"),
