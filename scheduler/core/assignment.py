@@ -8,9 +8,10 @@ those of ``scheduler.core.fit`` (the two must agree, and a property test checks 
   demands of MIG (memory only, unless a share was stated), lowest GPU, lowest start;
 - ``mps``: a free slot on the GPU with the fewest free slots (fills GPUs before opening new ones);
   the slot's share is 1000 // R and its memory the GPU's memory // R;
-- ``mps-weighted``: the GPU with the least free share that still covers the request, a share of
-  exactly the request's size (a score plugin may prefer some GPUs: ``gpu_hint``, the GPU it
-  scored, when it fits); a multi-GPU replica takes the lowest untouched GPUs, 100 % of each;
+- ``mps-weighted``: the GPU with the least free share that still covers the request (then the
+  least free memory that does, then the lowest index), a share of exactly the request's size (a
+  score plugin may prefer some GPUs: ``gpu_hint``, the GPU it scored, when it fits); a
+  multi-GPU replica takes the lowest untouched GPUs, 100 % of each;
 - ``timeslice``: a replica on the GPU with the least free memory that still covers the request;
   its memory is the request's (gpuplane's own accounting: time-slicing isolates nothing).
 
@@ -217,11 +218,11 @@ def _assign_weighted(node: NodeState, need: Need, key: str, gpu_hint: int | None
         free_share = SHARE_MILLI_FULL - sum(p.share_milli for p in occupied)
         free_memory = gpu.memory_mib - sum(p.memory_mib for p in occupied)
         if free_share >= need.share_milli and free_memory >= need.memory_mib:
-            fitting.append((free_share, position, gpu))
+            fitting.append((free_share, free_memory, position, gpu))
     if not fitting:
         return None
-    hinted = [item for item in fitting if item[1] == gpu_hint]
-    _, _, gpu = min(hinted or fitting, key=lambda item: (item[0], item[1]))
+    hinted = [item for item in fitting if item[2] == gpu_hint]
+    *_, gpu = min(hinted or fitting, key=lambda item: item[:3])
     return _single(node, key, PartitionKind.MPS_WEIGHTED, gpu, need.share_milli, need.memory_mib,
                    mps_env(need.share_milli, need.memory_mib))
 

@@ -54,7 +54,6 @@ KIND_WEIGHTED = KIND_ID[PartitionKind.MPS_WEIGHTED]
 KIND_TIMESLICE = KIND_ID[PartitionKind.TIMESLICE]
 
 _ALL_KINDS = frozenset(PartitionKind)
-_BIG = np.int64(1) << 40
 
 
 @dataclass(frozen=True)
@@ -234,52 +233,43 @@ def _fit_gang(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> FitTa
     return FitTable(nodes, code, kind, unit, np.zeros(len(nodes), dtype=np.int64))
 
 
-def _best(ok: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """Per row, the column with the smallest ``key`` among ``ok`` columns; ties -> lowest column."""
-    cols = ok.shape[1]
-    ranked = np.where(ok, key.astype(np.int64) * cols + np.arange(cols), _BIG)
-    return np.argmin(ranked, axis=1)
-
-
-def chosen_gpus(snapshot: ClusterSnapshot, need: Need, fit: FitTable,
-                preferred: np.ndarray | None = None) -> np.ndarray:
+def chosen_gpus(snapshot: ClusterSnapshot, need: Need, fit: FitTable, preferred: np.ndarray | None = None, *,
+                whole: bool = True) -> np.ndarray:
     """The GPU column (position in the node's GPU list) each fitting node would give a
     single-GPU placement, by the rules in the module docstring; -1 for nodes that do not fit
-    and for multi-GPU and CPU-only requests. ``preferred`` (bool, one row per node of ``fit``)
-    narrows a weighted share's choice to the marked GPUs of a node where one of them fits (the
-    assignment's ``gpu_hint``). Uses per-GPU arrays: meant for the packing scores."""
+    and for multi-GPU and CPU-only requests, and with ``whole=False`` for whole-GPU units (the
+    packing scores need no column for them: any free whole GPU is the same).
+
+    A lookup: the unit's offer names its GPU (``NodeRow.offers``). ``preferred`` (bool, one row
+    per node of ``fit``) narrows a weighted share's choice to the marked GPUs of a node where one
+    of them fits (the assignment's ``gpu_hint``), read from the per-GPU arrays of those nodes."""
     gpu = np.full(len(fit.nodes), -1, dtype=np.int64)
     if need.multi_gpu or need.cpu_only:
         return gpu
-    for unit_kind in (KIND_EXCLUSIVE, KIND_MIG, KIND_MPS, KIND_WEIGHTED, KIND_TIMESLICE):
-        pos = np.flatnonzero(fit.fits & (fit.kind == unit_kind))
-        if not len(pos):
-            continue
-        ids = fit.nodes[pos]
-        slots = snapshot.gpu_free_slots.take(ids, axis=0)
-        if unit_kind == KIND_EXCLUSIVE:
+    kind = np.where(fit.fits, fit.kind, -1)
+    looked_up = (kind >= 0) & (kind != KIND_EXCLUSIVE)
+    at = np.flatnonzero(looked_up)
+    if len(at):
+        gpu[at] = pick(snapshot.offer_gpu, fit.nodes.take(at), fit.offer.take(at))
+    if whole:
+        pos = np.flatnonzero(kind == KIND_EXCLUSIVE)
+        if len(pos):
+            ids = fit.nodes[pos]
             memory = snapshot.gpu_memory_mib.take(ids, axis=0)
             ok = snapshot.gpu_whole_free.take(ids, axis=0) & (memory >= need.memory_per_gpu_mib)
             gpu[pos] = np.argmax(ok, axis=1)
-        elif unit_kind == KIND_MIG:
-            rows = fit.mig_rows(snapshot)[pos]
-            counts = np.take_along_axis(snapshot.gpu_mig_free.take(ids, axis=0), rows[:, None, None], axis=2)[:, :, 0]
-            ok = counts > 0
-            gpu[pos] = np.argmax(ok, axis=1)
-        elif unit_kind == KIND_MPS:
-            replicas = np.maximum(snapshot.replicas.take(ids), 1)[:, None]
-            ok = (slots > 0) & (snapshot.gpu_memory_mib.take(ids, axis=0) // replicas >= need.memory_mib)
-            gpu[pos] = _best(ok, slots)
-        elif unit_kind == KIND_WEIGHTED:
+    if preferred is not None:
+        pos = np.flatnonzero((kind == KIND_WEIGHTED) & preferred.any(axis=1))
+        if len(pos):
+            ids = fit.nodes[pos]
             free_share = snapshot.gpu_free_share_milli.take(ids, axis=0)
             free_memory = snapshot.gpu_free_memory_mib.take(ids, axis=0)
-            ok = (slots > 0) & (free_share >= need.share_milli) & (free_memory >= need.memory_mib)
-            if preferred is not None:
-                marked = ok & preferred.take(pos, axis=0)[:, : ok.shape[1]]
-                ok = np.where(marked.any(axis=1)[:, None], marked, ok)
-            gpu[pos] = _best(ok, free_share)
-        else:
-            free_memory = snapshot.gpu_free_memory_mib.take(ids, axis=0)
-            ok = (slots > 0) & (free_memory >= need.memory_mib)
-            gpu[pos] = _best(ok, free_memory)
+            ok = (snapshot.gpu_free_slots.take(ids, axis=0) > 0) & (free_share >= need.share_milli)
+            ok &= free_memory >= need.memory_mib
+            marked = ok & preferred.take(pos, axis=0)[:, : ok.shape[1]]
+            has = np.flatnonzero(marked.any(axis=1))
+            # Least free share, then least free memory, then the lowest column, as the assignment.
+            key = (free_share.astype(np.int64) << 32) + free_memory
+            ranked = np.where(marked, key, np.iinfo(np.int64).max).take(has, axis=0)
+            gpu[pos[has]] = np.argmin(ranked, axis=1)
     return gpu

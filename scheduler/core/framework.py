@@ -73,7 +73,8 @@ class CycleState:
     ``data`` holds what PreFilter computed, keyed by plugin NAME. ``fit(nodes)`` is the shared,
     cached answer to "does the request fit on these nodes, and which unit would it get";
     ``gpus(nodes)`` which GPU each would give a single-GPU request (the assignment's rule, or
-    among the GPUs a PreScore plugin preferred with ``prefer_gpus``, the one that rule picks).
+    among the GPUs a PreScore plugin preferred with ``prefer_gpus``, the one that rule picks;
+    -1 for a whole GPU, any of which is the same to a score).
     """
 
     def __init__(self, request: PlacementRequest, need: Need, snapshot: ClusterSnapshot) -> None:
@@ -119,7 +120,7 @@ class CycleState:
                 rows[marked] = np.arange(len(marked))
                 at = rows.take(nodes)
                 preferred = np.where((at >= 0)[:, None], mask.take(np.maximum(at, 0), axis=0), False)
-        chosen = chosen_gpus(self.snapshot, self.need, self.fit(nodes), preferred)
+        chosen = chosen_gpus(self.snapshot, self.need, self.fit(nodes), preferred, whole=False)
         self._gpus = (nodes, chosen)
         return chosen
 

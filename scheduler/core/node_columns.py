@@ -86,10 +86,10 @@ GPU_INT_COLUMNS: tuple[str, ...] = (
 )
 # Offers: (nodes, offer_slots), 8 wide unless some node has more (a weighted-MPS node of more
 # than 8 GPUs); at 8 wide a node's booleans are one uint64 word (``row_words``).
-OFFER_COLUMNS: tuple[str, ...] = ("offer_share_milli", "offer_memory_mib", "offer_kind", "offer_mig_row")
+OFFER_COLUMNS: tuple[str, ...] = ("offer_share_milli", "offer_memory_mib", "offer_kind", "offer_mig_row", "offer_gpu")
 GPU_BOOL_COLUMNS: tuple[str, ...] = ("gpu_present", "gpu_whole_free")
 GPU_FLOAT_COLUMNS: tuple[str, ...] = ("gpu_util_pct", "gpu_memory_used_pct")
-OFFER_FILL = {"offer_kind": -1, "offer_mig_row": -1}  # an empty offer slot; other columns fill with 0
+OFFER_FILL = {"offer_kind": -1, "offer_mig_row": -1, "offer_gpu": -1}  # an empty offer slot; others fill with 0
 # Static properties interned into node groups: a filter decides once per group, not per node.
 GROUP_COLUMNS = ("ready", "cordoned", "model_id", "mode_id", "replicas", "has_mig_gpu", "taint_set_id")
 BOOL_GROUP_COLUMNS = frozenset({"ready", "cordoned", "has_mig_gpu"})
@@ -102,11 +102,14 @@ class NodeRow:
     """The column values of one node, computed from its objects by ``node_row``.
 
     ``offers`` are the distinct units a new single-GPU placement could get on the node now, as
-    (share milli, memory MiB, kind id, MIG row), ascending by share then memory (a whole GPU
+    (share milli, memory MiB, kind id, MIG row, GPU), ascending by share then memory (a whole GPU
     before a MIG instance of equal size): a request fits iff some offer covers both its share
-    and its memory, and the first such offer is the unit it gets. Whole GPUs and uniform slots
-    give one offer each (the largest memory), MIG one per free profile, weighted MPS one per GPU
-    with a free slot (share and memory must be free on the same GPU).
+    and its memory, and the first such offer is the unit it gets. Whole GPUs and uniform MPS
+    slots give one offer each (the largest memory), MIG one per free profile, weighted MPS and
+    time-slicing one per GPU with a free slot (share and memory must be free on the same GPU).
+    GPU is the position of the GPU the assignment takes for that unit (the lowest of equal
+    ones; for uniform MPS the one with the fewest free slots), so "which GPU" is a lookup too;
+    for a whole GPU it is the first free one (the assignment also checks each GPU's memory).
     """
 
     ints: dict[str, int]
@@ -116,7 +119,7 @@ class NodeRow:
     gpu_bools: dict[str, list[bool]]
     gpu_floats: dict[str, list[float]]
     gpu_mig_free: list[list[int]]
-    offers: list[tuple[int, int, int, int]]
+    offers: list[tuple[int, int, int, int, int]]
 
     @property
     def group_key(self) -> tuple[int, ...]:
@@ -138,14 +141,16 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
     whole_memory: list[int] = []
     slot_memory: list[int] = []
     slot_shares: list[int] = []
-    offers: set[tuple[int, int, int, int]] = set()
+    # (share, memory, kind, MIG row) -> the lowest GPU position that gives exactly that unit.
+    offers: dict[tuple[int, int, int, int], int] = {}
+    mps_gpu = (replicas + 1, -1)  # (free slots, position): the GPU with the fewest free slots
     util_sum = 0.0
     util_count = 0
     load_sum = 0.0
     used_mib = 0
     metric_mib = 0
     power = 0.0
-    for gpu in node.gpus:
+    for position, gpu in enumerate(node.gpus):
         occupied = [p for p in gpu.partitions if p.occupant]
         allocated = sum(p.share_milli for p in occupied)
         share_left = SHARE_MILLI_FULL - allocated
@@ -159,7 +164,7 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
                 row = profile_row.get(p.mig_profile)
                 if row is not None:  # an instance of a profile the model lacks is never handed out
                     counts[row] += 1
-                    offers.add((p.share_milli, p.memory_mib, _KIND_MIG, row))
+                    offers.setdefault((p.share_milli, p.memory_mib, _KIND_MIG, row), position)
             unit = _max(p.share_milli for p in free_instances)
             usable = sum(p.share_milli for p in free_instances)
         elif whole_mode:
@@ -175,13 +180,17 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
                 usable = share_left
                 if mode == SharingMode.MPS_WEIGHTED:
                     unit = share_left
-                    offers.add((share_left, memory_left, _KIND_WEIGHTED, -1))
+                    offers.setdefault((share_left, memory_left, _KIND_WEIGHTED, -1), position)
                     # Untouched, it is a whole GPU to a gang (a 100 % share on each of its GPUs).
                     is_whole_free = not occupied
                     if is_whole_free:
                         whole_memory.append(gpu.memory_mib)
                 else:
                     unit = min(slot_share, share_left)
+                    if mode == SharingMode.TIMESLICE:  # a replica goes where least memory is free
+                        offers.setdefault((slot_share, memory_left, _KIND_TIMESLICE, -1), position)
+                    else:
+                        mps_gpu = min(mps_gpu, (slots, position))
                 # MPS pins memory / R per client; the others count memory actually handed out.
                 slot_memory.append(gpu.memory_mib // replicas if mode == SharingMode.MPS else memory_left)
                 slot_shares.append(unit)
@@ -210,11 +219,12 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
             metric_mib += gpu.memory_mib
         power += gpu.power_w or 0.0
     if whole_memory and whole_mode:
-        offers.add((SHARE_MILLI_FULL, max(whole_memory), _KIND_EXCLUSIVE, -1))
-    if slot_memory and mode in (SharingMode.MPS, SharingMode.TIMESLICE):
-        kind = _KIND_MPS if mode == SharingMode.MPS else _KIND_TIMESLICE
-        offers.add((min(slot_share, max(slot_shares)), max(slot_memory), kind, -1))
-    ordered = sorted(offers, key=lambda o: (o[0], o[1], _KIND_RANK_WHOLE_FIRST.get(o[2], 1), o[3]))
+        first_whole = next(i for i, free in enumerate(whole_free) if free)
+        offers.setdefault((SHARE_MILLI_FULL, max(whole_memory), _KIND_EXCLUSIVE, -1), first_whole)
+    if slot_memory and mode == SharingMode.MPS:
+        offers.setdefault((min(slot_share, max(slot_shares)), max(slot_memory), _KIND_MPS, -1), mps_gpu[1])
+    ordered = sorted((*unit, gpu) for unit, gpu in offers.items())
+    ordered.sort(key=lambda o: (o[0], o[1], _KIND_RANK_WHOLE_FIRST.get(o[2], 1), o[3], o[4]))
     count = len(node.gpus)
     load = load_sum / count if count else 0.0
     return NodeRow(

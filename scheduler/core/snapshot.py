@@ -104,6 +104,7 @@ class ClusterSnapshot:
     offer_memory_mib: np.ndarray
     offer_kind: np.ndarray
     offer_mig_row: np.ndarray
+    offer_gpu: np.ndarray
     # per node group (``group_id`` indexes them)
     group_ready: np.ndarray
     group_cordoned: np.ndarray

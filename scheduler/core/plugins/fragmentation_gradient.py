@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from nodes.vocabulary import SHARE_MILLI_FULL
-from scheduler.core.fit import KIND_EXCLUSIVE, KIND_MIG, KIND_WEIGHTED, FitTable
+from scheduler.core.fit import KIND_MIG, KIND_WEIGHTED, FitTable
 from scheduler.core.fragmentation_columns import NodeFragmentation, TypicalPods
 from scheduler.core.framework import CycleState, ScorePlugin
+from scheduler.core.packed_rows import pick
 from scheduler.core.plugins.capability_match import accepts_model
 
 # When the observed workload is not known (``plugin_args`` give it): the classification's shares.
@@ -30,6 +31,8 @@ DEFAULT_TYPICAL_PODS: tuple[dict[str, float], ...] = (
 )
 
 _SQUASH = 100.0  # FGD's score: 100 x sigmoid(gradient / 1000 milli-GPU), truncated
+# A uniform slot's share by R (1000 // R), looked up rather than divided per node.
+_SLOT_SHARE = np.array([SHARE_MILLI_FULL] + [SHARE_MILLI_FULL // r for r in range(1, 65)], dtype=np.int64)
 
 
 def squash(raw: np.ndarray) -> np.ndarray:
@@ -73,46 +76,56 @@ class FragmentationGradient(ScorePlugin):
         if need.cpu_only or need.multi_gpu:
             after = frag.after_whole_gpus(snapshot, nodes, need.gpu_count, cpu)
             return np.rint(before - after).astype(np.int64)
-        gpus = state.gpus(nodes)
-        rows = np.flatnonzero(gpus >= 0)
-        raw = np.zeros(len(nodes))
-        if not len(rows):
-            return raw.astype(np.int64)
-        ids, cols = nodes[rows], gpus[rows]
         fit = state.fit(nodes)
-        unit = fit.unit_share_milli[rows]
-        old_free = snapshot.gpu_free_milli[ids, cols].astype(np.int64)
-        old_unit = snapshot.gpu_max_unit_milli[ids, cols].astype(np.int64)
-        new_free, new_unit = self._gpu_after(state, fit, rows, (ids, cols), old_free)
-        after = frag.after_one_gpu(snapshot, ids, (old_free, old_unit), (new_free, new_unit), cpu)
+        if not fit.fits.all():  # feasible nodes all fit; a caller may score others: 0 for them
+            raw = np.zeros(len(nodes), dtype=np.int64)
+            rows = np.flatnonzero(fit.fits)
+            if len(rows):
+                raw[rows] = self.score(state, nodes.take(rows))
+            return raw
+        # A whole GPU goes from 1000 free (hosting every class) to nothing; other units are read
+        # from the GPU the assignment would take.
+        old_free = np.full(len(nodes), SHARE_MILLI_FULL, dtype=np.int32)
+        old_unit = old_free.copy()
+        new_free = np.zeros(len(nodes), dtype=np.int32)
+        new_unit = new_free.copy()
+        gpus = state.gpus(nodes)
+        at = np.flatnonzero(gpus >= 0)
+        if len(at):
+            ids = nodes.take(at)
+            flat = ids * snapshot.gpu_slots + gpus.take(at)
+            old_free[at] = free = snapshot.gpu_free_milli.ravel().take(flat)
+            old_unit[at] = snapshot.gpu_max_unit_milli.ravel().take(flat)
+            new_free[at], new_unit[at] = self._gpu_after(state, fit, at, (ids, flat), free)
+        after = frag.after_one_gpu(snapshot, nodes, (old_free, old_unit), (new_free, new_unit), cpu)
         # A unit larger than the share strands the excess as surely as a sliver left free.
-        raw[rows] = before[rows] - after - np.maximum(unit - need.share_milli, 0)
-        return np.rint(raw).astype(np.int64)
+        excess = np.maximum(fit.unit_share_milli - need.share_milli, 0)
+        return np.rint(before - after - excess).astype(np.int64)
 
     @staticmethod
     def _gpu_after(state: CycleState, fit: FitTable, rows: np.ndarray, where: tuple[np.ndarray, np.ndarray],
                    old_free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The chosen GPU's (``where``: node ids, GPU columns) usable free milli and largest unit
-        once the placement holds it; ``rows`` are their positions in ``fit``."""
+        """Usable free milli and largest unit of the GPU each placement takes (``where``: node ids
+        and the GPU's index in the snapshot's raveled per-GPU columns), once it holds its unit;
+        ``rows`` are the placements' positions in ``fit`` (never whole-GPU units)."""
         snapshot = state.snapshot
-        ids, cols = where
-        kind, unit = fit.kind[rows], fit.unit_share_milli[rows]
-        slots_after = snapshot.gpu_free_slots[ids, cols] - 1
-        share_after = snapshot.gpu_free_share_milli[ids, cols] - unit
-        new_free = np.where(slots_after > 0, share_after, 0).astype(np.int64)
-        slot_share = SHARE_MILLI_FULL // np.maximum(snapshot.replicas.take(ids), 1)
-        new_unit = np.where(kind == KIND_WEIGHTED, new_free,
-                            np.where(slots_after > 0, np.minimum(slot_share, share_after), 0)).astype(np.int64)
-        mig = kind == KIND_MIG
-        if mig.any():
-            counts = snapshot.gpu_mig_free[ids[mig], cols[mig]].astype(np.int64)
-            counts[np.arange(len(counts)), fit.mig_rows(snapshot)[rows][mig]] -= 1
+        ids, flat = where
+        kind, unit = fit.kind.take(rows), fit.unit_share_milli.take(rows)
+        share_after = snapshot.gpu_free_share_milli.ravel().take(flat) - unit
+        new_free = np.where(snapshot.gpu_free_slots.ravel().take(flat) > 1, share_after, 0)
+        # The next unit there: what is left of a weighted GPU, at most one slot's share of a
+        # uniform one (0 once its slots are gone).
+        cap = np.where(kind == KIND_WEIGHTED, SHARE_MILLI_FULL,
+                       _SLOT_SHARE.take(np.clip(snapshot.replicas.take(ids), 1, len(_SLOT_SHARE) - 1)))
+        new_unit = np.minimum(cap, new_free)
+        mig = np.flatnonzero(kind == KIND_MIG)
+        if len(mig):
+            counts = snapshot.gpu_mig_free.reshape(-1, snapshot.gpu_mig_free.shape[2]).take(flat[mig], axis=0)
+            counts = counts.astype(np.int64)
+            counts[np.arange(len(mig)), pick(snapshot.offer_mig_row, ids[mig], fit.offer.take(rows[mig]))] -= 1
             shares = snapshot.models.mig_share_milli[snapshot.model_id[ids[mig]]]
             new_free[mig] = old_free[mig] - unit[mig]
             new_unit[mig] = np.where(counts > 0, shares, 0).max(axis=1)
-        exclusive = kind == KIND_EXCLUSIVE
-        new_free[exclusive] = 0
-        new_unit[exclusive] = 0
         return new_free, new_unit
 
     def normalize(self, state: CycleState, raw: np.ndarray) -> np.ndarray:
