@@ -63,7 +63,7 @@ def deployment_budgets(deployments: Iterable[Deployment], cluster: ClusterBacken
     default = Budget(settings.CONSOLIDATION_MOVES_PER_DEPLOYMENT, SETTING, False)
     try:
         pdbs = cluster.list_pdbs()
-        pods = cluster.list_gpu_pods() if pdbs else []
+        pods = [pod for pod in cluster.list_gpu_pods() if pod.gpu_requests] if pdbs else []
     except ClusterError as error:
         unknown = Budget(0, f"PodDisruptionBudgets could not be read ({error}): nothing moves", False)
         return {str(d.pk): unknown for d in chosen}

@@ -26,7 +26,8 @@ ANNOTATION_MIG_START = "gpuplane.io/mig-start"  # pod: placement start of its MI
 # gpuplane accounts memory itself from what the pod declares).
 ANNOTATION_MEMORY_MIB = "gpuplane.io/memory-mib"
 ANNOTATION_DECISIONS = "gpuplane.io/decisions"  # pod: ids of the Decision rows behind it, "12,13"
-ANNOTATION_SHARING = "gpuplane.io/sharing"  # pod: partition kind, or "default-scheduler"
+ANNOTATION_SHARING = "gpuplane.io/sharing"  # pod: partition kind, or SHARING_DEFAULT_SCHEDULER
+SHARING_DEFAULT_SCHEDULER = "default-scheduler"  # a replica handed to Kubernetes' own scheduler
 ANNOTATION_DO_NOT_DISRUPT = "gpuplane.io/do-not-disrupt"  # pod: never evicted by gpuplane
 
 # Label keys a user may not set on a workload: gpuplane's selectors and sync depend on them.

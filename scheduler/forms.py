@@ -113,6 +113,18 @@ class DeployForm(forms.Form):
                   "Empty: each mode sizes by its own unit (see Sharing).",
         widget=forms.NumberInput(attrs={"min": 1, "max": 100}),
     )
+    cpu = forms.CharField(
+        label="CPU", required=False, strip=True,
+        help_text='CPU each replica\'s pod requests, a Kubernetes quantity ("8", "500m"). Empty: the workload '
+                  "type's default (inference 4, serving 8, training 16, development 2, batch 4).",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "placeholder": "4"}),
+    )
+    memory = forms.CharField(
+        label="Host memory", required=False, strip=True,
+        help_text='Host memory each replica\'s pod requests ("64Gi", "512Mi"). Empty: the workload type\'s '
+                  "default (inference 16Gi, serving 32Gi, training 128Gi, development 8Gi, batch 16Gi).",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "placeholder": "16Gi"}),
+    )
     enable_gpu_selection = forms.BooleanField(
         label="Let gpuplane choose the node and GPUs", required=False, initial=True,
         help_text="Off: the workload goes to the default Kubernetes scheduler without GPU selection.",
@@ -142,6 +154,12 @@ class DeployForm(forms.Form):
 
     def clean_labels(self) -> dict[str, str]:
         return parse_labels(self.cleaned_data.get("labels") or "")
+
+    def clean_cpu(self) -> str | None:
+        return self.cleaned_data.get("cpu") or None  # empty: the workload type's default
+
+    def clean_memory(self) -> str | None:
+        return self.cleaned_data.get("memory") or None
 
     def add_service_errors(self, error: ValidationError, *, skip: Collection[str] = ()) -> None:
         """Show a services ValidationError on the form: each message under its field, or above the

@@ -36,6 +36,7 @@ from scheduler.matrix_view import (
     rejection_rows,
 )
 from scheduler.models import Decision, Deployment, Placement
+from scheduler.workloads import host_requests
 
 # Badge modifier per deployment status; every badge also carries the status in words.
 _STATUS_BADGES: dict[str, str] = {
@@ -173,6 +174,7 @@ class DeploymentDetailView(RoleRequiredMixin, DetailView):
         context.update(
             badge=status_badge(deployment.status),
             memory=format_gb(deployment.memory_mib),
+            host_requests=host_requests(deployment),
             placements=[(p, services.placement_summary(p)) for p in placements],
             replica_decisions=[
                 ReplicaDecision(d, matrix_table(d.matrix or {}, urls), f"decision-matrix-{d.replica_index}-{d.pk}")

@@ -7,7 +7,7 @@ given a larger instance than its sibling) get a workload each, since one pod tem
 for both. Replicas handed to the default scheduler share one unpinned workload.
 
 ``inference_service_manifest`` renders the same workload as an OME ``InferenceService`` instead
-(a Jinja2 template). Each pod requests the right extended resource (``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``),
+(a Jinja2 template). Each pod requests its CPU and memory (requests = limits) and the right extended resource (``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``),
 carries the MPS limits of its assignment as environment variables, the priority class
 ``gpuplane-<priority>``, the labels ``app.kubernetes.io/managed-by=gpuplane`` and
 ``gpuplane.io/deployment=<id>``, and annotations that name its decisions and sharing mode and
@@ -39,11 +39,12 @@ from nodes.contract import (
     MANAGED_BY_GPUPLANE,
     PRIORITY_CLASS_PREFIX,
     RESOURCE_GPU,
+    SHARING_DEFAULT_SCHEDULER,
 )
+from nodes.quantities import format_cpu, format_memory
 from nodes.vocabulary import PartitionKind
 from scheduler.models import Deployment, Placement
 
-SHARING_DEFAULT_SCHEDULER = "default-scheduler"
 MAX_NAME_LENGTH = 63  # a label value (app.kubernetes.io/name carries the workload name)
 
 
@@ -164,11 +165,22 @@ def workload_spec(deployment: Deployment, group: WorkloadGroup, decision_ids: Ma
         image=settings.GPUPLANE_WORKLOAD_IMAGE,
         replicas=len(group.placements),
         resources={key: int(value) for key, value in resources.items()},
+        host_requests=host_requests(deployment),
         env={ENV_MODEL_NAME: deployment.model, **{str(k): str(v) for k, v in (first.env or {}).items()}},
         labels=labels,
         annotations=annotations,
         priority_class_name=f"{PRIORITY_CLASS_PREFIX}{deployment.priority}",
     )
+
+
+def host_requests(deployment: Deployment) -> dict[str, str]:
+    """The pod's CPU and memory as Kubernetes quantities (requests = limits); none stated, none."""
+    requests = {}
+    if deployment.cpu_milli:
+        requests["cpu"] = format_cpu(deployment.cpu_milli)
+    if deployment.host_memory_mib:
+        requests["memory"] = format_memory(deployment.host_memory_mib)
+    return requests
 
 
 def workload_specs(deployment: Deployment, placements: Sequence[Placement], decision_ids: Mapping[int, int],
@@ -213,6 +225,9 @@ spec:
 {%- endif %}
     runner:
       resources:
+{%- if requests %}
+        requests: {{ requests | tojson }}
+{%- endif %}
         limits: {{ limits | tojson }}
       env: {{ env | tojson }}
 """
@@ -234,7 +249,8 @@ def inference_service_manifest(spec: WorkloadSpec, model: str, runtime: str = ""
         model=model,
         runtime=runtime,
         labels={LABEL_MANAGED_BY: MANAGED_BY_GPUPLANE, **spec.labels},
-        limits={key: str(value) for key, value in spec.resources.items()},
+        requests=dict(spec.host_requests),
+        limits={**spec.host_requests, **{key: str(value) for key, value in spec.resources.items()}},
         env=[{"name": key, "value": value} for key, value in sorted(spec.env.items())],
     )
     return yaml.safe_load(text)
@@ -246,6 +262,7 @@ __all__ = [
     "WorkloadGroup",
     "added_workload_name",
     "group_placements",
+    "host_requests",
     "stored_groups",
     "workload_name",
     "workload_spec",

@@ -54,10 +54,13 @@ class ClusterPod:
     ready: bool
     labels: dict[str, str]
     annotations: dict[str, str]
-    gpu_requests: dict[str, int]  # e.g. {"nvidia.com/gpu": 1} or {"nvidia.com/mig-3g.40gb": 1}
+    gpu_requests: dict[str, int]  # e.g. {"nvidia.com/gpu": 1} or {"nvidia.com/mig-3g.40gb": 1}; {} for no GPU
     priority_class_name: str = ""
     owner_kind: str = ""  # "DaemonSet", "ReplicaSet", ... ("" for a bare pod)
     resource_version: str = ""  # metadata.resourceVersion: changes with every write of the object
+    # What it requests of its node, as NodeResourcesFit counts it (nodes.cluster.parsing).
+    cpu_request_milli: int = 0
+    memory_request_mib: int = 0
 
     @property
     def key(self) -> str:
@@ -123,6 +126,8 @@ class WorkloadSpec:
     image: str
     replicas: int = 1
     resources: dict[str, int] = field(default_factory=dict)  # limits, e.g. {"nvidia.com/gpu": 1}
+    # CPU and memory quantities, e.g. {"cpu": "8", "memory": "64Gi"}: requests and limits alike.
+    host_requests: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
@@ -152,7 +157,9 @@ class ClusterBackend(Protocol):
     def list_nodes(self) -> list[ClusterNode]: ...
 
     def list_gpu_pods(self) -> list[ClusterPod]:
-        """Pods (all namespaces) that request an nvidia.com/gpu or nvidia.com/mig-* resource."""
+        """Pods (all namespaces, not finished) that request an nvidia.com/gpu or nvidia.com/mig-*
+        resource, and pods bound to a node that request CPU or memory there (``gpu_requests``
+        empty): every pod's requests count against its node's CPU and memory."""
         ...
 
     def list_pdbs(self) -> list[ClusterPDB]:

@@ -17,11 +17,14 @@ def deployment_manifest(spec: WorkloadSpec) -> dict[str, Any]:
     labels = {LABEL_MANAGED_BY: "gpuplane", **spec.labels}
     selector = {LABEL_APP_NAME: spec.name}
     pod_labels = {**labels, **selector}
-    limits = {key: str(value) for key, value in spec.resources.items()}
+    limits = {**spec.host_requests, **{key: str(value) for key, value in spec.resources.items()}}
+    resources: dict[str, Any] = {"limits": limits}
+    if spec.host_requests:  # the same requests: the kubelet's and kube-scheduler's view of the pod
+        resources["requests"] = dict(spec.host_requests)
     container: dict[str, Any] = {
         "name": "main",
         "image": spec.image,
-        "resources": {"limits": limits},
+        "resources": resources,
         "env": [{"name": key, "value": value} for key, value in sorted(spec.env.items())],
     }
     if spec.command:

@@ -7,6 +7,7 @@ extended resources, conditions for readiness.
 from __future__ import annotations
 
 import json
+import math
 from decimal import Decimal
 from typing import Any
 
@@ -129,13 +130,40 @@ def pod_gpu_requests(obj: dict[str, Any]) -> dict[str, int]:
     return {k: v for k, v in totals.items() if v > 0}
 
 
+def _host_request(resources: dict[str, Any], name: str) -> Decimal:
+    """One container's request of ``name`` (cpu / memory): its request, else its limit (which
+    Kubernetes then takes as the request), else 0."""
+    value = (resources.get("requests") or {}).get(name)
+    if value is None:
+        value = (resources.get("limits") or {}).get(name)
+    return Decimal(0) if value is None else parse_quantity(value)
+
+
+def pod_host_requests(obj: dict[str, Any]) -> tuple[int, int]:
+    """The pod's CPU (milli) and memory (MiB, rounded up) requests as kube-scheduler's
+    NodeResourcesFit counts them: the containers' summed, or the largest init container's if
+    more, plus the pod's overhead."""
+    spec = obj.get("spec") or {}
+    totals = []
+    for name in ("cpu", "memory"):
+        running = sum((_host_request(c.get("resources") or {}, name) for c in spec.get("containers") or []),
+                      Decimal(0))
+        init = max((_host_request(c.get("resources") or {}, name) for c in spec.get("initContainers") or []),
+                   default=Decimal(0))
+        overhead = (spec.get("overhead") or {}).get(name)
+        totals.append(max(running, init) + (parse_quantity(overhead) if overhead is not None else 0))
+    return math.ceil(totals[0] * 1000), math.ceil(totals[1] / 2**20)
+
+
 def parse_pod(obj: dict[str, Any]) -> ClusterPod | None:
-    """A Pod object -> ClusterPod, or None when it requests no GPU resource."""
+    """A Pod object -> ClusterPod, or None when it neither requests a GPU resource nor holds CPU
+    or memory on a node (every bound pod's requests count against its node, GPU or not)."""
     requests = pod_gpu_requests(obj)
-    if not requests:
+    spec = obj.get("spec") or {}
+    cpu_milli, memory_mib = pod_host_requests(obj)
+    if not requests and not (spec.get("nodeName") and (cpu_milli or memory_mib)):
         return None
     meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     owners = meta.get("ownerReferences") or []
     return ClusterPod(
@@ -147,6 +175,8 @@ def parse_pod(obj: dict[str, Any]) -> ClusterPod | None:
         labels=dict(meta.get("labels") or {}),
         annotations=dict(meta.get("annotations") or {}),
         gpu_requests=requests,
+        cpu_request_milli=cpu_milli,
+        memory_request_mib=memory_mib,
         priority_class_name=spec.get("priorityClassName") or "",
         owner_kind=owners[0].get("kind", "") if owners else "",
         resource_version=str(meta.get("resourceVersion") or ""),

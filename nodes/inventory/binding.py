@@ -37,8 +37,8 @@ def bind_pods(plan: SyncPlan, nodes: dict[str, NodeEntry]) -> None:
     holder_workloads = {(hold.node_name, hold.namespace, hold.workload) for hold in plan.holds.values()}
     devices_by_node: dict[str, list[PodDevice]] = defaultdict(list)
     for pod in sorted(plan.pods, key=lambda p: p.key):
-        if pod.phase not in HOLDING_PHASES or not pod.node_name:
-            continue
+        if not pod.gpu_requests or pod.phase not in HOLDING_PHASES or not pod.node_name:
+            continue  # a pod without GPUs holds only CPU and memory (node_rows counts them)
         if _belongs_to_holder(pod, holder_workloads):
             continue  # its holder already has the partitions; counting it again would double-book
         if pod.node_name not in nodes or nodes[pod.node_name].observed is None:

@@ -16,6 +16,7 @@ from nodes.holds import partition_holder
 from nodes.inventory import audit
 from nodes.inventory.labels import NodeSharing, node_sharing
 from nodes.inventory.plan import NodeEntry, SyncPlan
+from nodes.inventory.pods import requested_by_others
 from nodes.models import Node
 
 logger = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ NODE_FIELDS = [
     "cordoned",
     "cpu_allocatable_milli",
     "memory_allocatable_mib",
+    "cpu_requested_milli",
+    "memory_requested_mib",
     "gpu_product",
     "gpu_model",
     "gpu_count",
@@ -48,10 +51,12 @@ def sync_node_rows(plan: SyncPlan) -> dict[str, NodeEntry]:
     to_update: list[Node] = []
     heartbeats: list[Node] = []  # seen, unchanged: nothing to write
     sharing_by_name: dict[str, NodeSharing] = {}
+    # The pods in scope are every pod of the nodes in scope (nodes.inventory.watching).
+    requested = requested_by_others(plan.pods)
     for observed in plan.observed:
         sharing = node_sharing(observed)
         sharing_by_name[observed.name] = sharing
-        values = _node_values(plan, observed, sharing)
+        values = _node_values(plan, observed, sharing, requested.get(observed.name, (0, 0)))
         row = plan.node_rows.get(observed.name)
         if row is None:
             to_create.append(Node(name=observed.name, last_seen=plan.now, **values))
@@ -140,10 +145,12 @@ def _nodes_in_use(plan: SyncPlan, gone: list[Node]) -> set[int]:
     return referred | (with_held_gpus & set(gone_ids))
 
 
-def _node_values(plan: SyncPlan, node: ClusterNode, sharing: NodeSharing) -> dict[str, Any]:
+def _node_values(plan: SyncPlan, node: ClusterNode, sharing: NodeSharing, requested: tuple[int, int]) -> dict[str, Any]:
     product = node_product(node)
     model = catalog_model(plan, product)
     return {
+        "cpu_requested_milli": requested[0],
+        "memory_requested_mib": requested[1],
         "labels": dict(node.labels),
         "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints],
         "ready": node.ready,

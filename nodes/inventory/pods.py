@@ -2,10 +2,20 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nodes.cluster.base import ClusterPod
-from nodes.contract import ANNOTATION_ASSIGNED_GPUS, ANNOTATION_MIG_START, RESOURCE_GPU, RESOURCE_MIG_PREFIX
+from nodes.contract import (
+    ANNOTATION_ASSIGNED_GPUS,
+    ANNOTATION_MIG_START,
+    ANNOTATION_SHARING,
+    LABEL_MANAGED_BY,
+    MANAGED_BY_GPUPLANE,
+    RESOURCE_GPU,
+    RESOURCE_MIG_PREFIX,
+    SHARING_DEFAULT_SCHEDULER,
+)
 from nodes.inventory.shapes import PartitionShape
 from nodes.vocabulary import PartitionKind
 
@@ -50,6 +60,26 @@ class PodDevice:
         if self.mig_start is not None:
             what += f" at start {self.mig_start}"
         return what
+
+
+def counts_as_others(pod: ClusterPod) -> bool:
+    """Whether the pod's CPU and memory requests count as what *others* hold on its node: every
+    bound, unfinished pod but gpuplane's own placed ones, whose requests their placements hold
+    (a gpuplane pod handed to the default scheduler is placed by Kubernetes: it counts here)."""
+    if pod.phase not in HOLDING_PHASES or not pod.node_name:
+        return False
+    ours = pod.labels.get(LABEL_MANAGED_BY) == MANAGED_BY_GPUPLANE
+    return not ours or pod.annotations.get(ANNOTATION_SHARING) == SHARING_DEFAULT_SCHEDULER
+
+
+def requested_by_others(pods: Iterable[ClusterPod]) -> dict[str, tuple[int, int]]:
+    """Per node name: the CPU (milli) and memory (MiB) that pods gpuplane did not place request."""
+    totals: dict[str, tuple[int, int]] = {}
+    for pod in pods:
+        if counts_as_others(pod):
+            cpu, memory = totals.get(pod.node_name, (0, 0))
+            totals[pod.node_name] = (cpu + pod.cpu_request_milli, memory + pod.memory_request_mib)
+    return totals
 
 
 def pod_devices(pod: ClusterPod) -> list[PodDevice]:

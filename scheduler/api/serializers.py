@@ -17,6 +17,7 @@ from rest_framework.reverse import reverse
 from rest_framework.utils import html
 
 from gpuplane.strict_input import StrictFloatField, StrictIntegerField, StrictSerializer, StrictStringField
+from nodes.quantities import format_cpu, format_memory
 from nodes.vocabulary import MIB_PER_GB
 from scheduler import services
 from scheduler.choices import DecisionOutcome
@@ -76,6 +77,26 @@ class MemoryGBField(StrictFloatField):
     pass
 
 
+@extend_schema_field({
+    "oneOf": [{"type": "string", "pattern": services.QUANTITY_PATTERN}, {"type": "number", "minimum": 0, "exclusiveMinimum": True}],
+    "description": 'A Kubernetes quantity: "8", "500m" (CPU), "64Gi", "512Mi" (memory); a number is cores (CPU) '
+                   "or bytes (memory), as in Kubernetes.",
+})
+class QuantityField(serializers.Field):
+    """A Kubernetes quantity as given (text or a number); ``services.validate_spec`` parses and
+    bounds it (400 under the field's name), as it does for the deploy form."""
+
+    default_error_messages = {"invalid": 'Enter a Kubernetes quantity, e.g. "8", "500m", "64Gi".'}
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bool) or not isinstance(data, str | int | float):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class DeploymentCreateSerializer(StrictSerializer):
     """The body of `POST /api/v1/deployments/`."""
 
@@ -102,6 +123,18 @@ class DeploymentCreateSerializer(StrictSerializer):
                   "smallest free instance with enough memory; time-slicing: a replica with enough memory left; "
                   "MPS: 25 % for models under 4 GB, 50 % up to 16 GB). Stated: every mode must give at least this "
                   "share (an MPS slot, a MIG instance's compute, a time-slice replica's nominal 100/R %).",
+    )
+    cpu = QuantityField(
+        required=False, allow_null=True, default=None,
+        help_text="CPU each replica's pod requests (and is limited to), e.g. \"8\" or \"500m\"; at most "
+                  f"{services.MAX_CPU_MILLI // 1000} cores. Omitted: the workload type's default "
+                  "(README, \"CPU and host memory\").",
+    )
+    memory = QuantityField(
+        required=False, allow_null=True, default=None,
+        help_text="Host memory each replica's pod requests (and is limited to), e.g. \"64Gi\"; at most "
+                  f"{services.MAX_HOST_MEMORY_MIB // (1024 * 1024)} Ti. Omitted: the workload type's default. "
+                  "GPU memory is memory_gb.",
     )
     enable_gpu_selection = serializers.BooleanField(
         default=True, help_text="false: hand every replica to the default Kubernetes scheduler"
@@ -152,6 +185,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
     """A deployment with its placements and the URL of its decision matrix."""
 
     memory_gb = serializers.SerializerMethodField()
+    cpu = serializers.SerializerMethodField(help_text="CPU each replica's pod requests, a Kubernetes quantity")
+    memory = serializers.SerializerMethodField(help_text="Host memory each replica's pod requests, a Kubernetes quantity")
     labels = serializers.DictField(child=serializers.CharField(allow_blank=True))
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     placements = PlacementSerializer(many=True, read_only=True)
@@ -161,7 +196,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
         model = Deployment
         fields = [
             "id", "name", "model", "memory_gb", "memory_mib", "gpu_count", "replicas", "workload_type", "priority",
-            "latency_slo_ms", "namespace", "labels", "sharing", "share_percent", "enable_gpu_selection", "status",
+            "latency_slo_ms", "namespace", "labels", "sharing", "share_percent", "cpu", "memory",
+            "enable_gpu_selection", "status",
             "message",
             "created_by", "created_at", "updated_at", "placed_at", "placements", "decision",
         ]
@@ -169,6 +205,12 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
     def get_memory_gb(self, obj: Deployment) -> float:
         return obj.memory_mib / MIB_PER_GB
+
+    def get_cpu(self, obj: Deployment) -> str:
+        return format_cpu(obj.cpu_milli)
+
+    def get_memory(self, obj: Deployment) -> str:
+        return format_memory(obj.host_memory_mib)
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_decision(self, obj: Deployment) -> str:

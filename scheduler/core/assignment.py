@@ -11,7 +11,7 @@ those of ``scheduler.core.fit`` (the two must agree, and a property test checks 
 - ``mps-weighted``: the GPU with the least free share that still covers the request (then the
   least free memory that does, then the lowest index), a share of exactly the request's size (a
   score plugin may prefer some GPUs: ``gpu_hint``, the GPU it scored, when it fits); a
-  multi-GPU replica takes the lowest untouched GPUs, 100 % of each;
+  multi-GPU replica that asks for mps-weighted takes the lowest untouched GPUs, 100 % of each;
 - ``timeslice``: a replica on the GPU with the least free memory that still covers the request;
   its memory is the request's (gpuplane's own accounting: time-slicing isolates nothing).
 
@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from nodes.contract import ENV_MPS_MEMORY_LIMIT, ENV_MPS_THREAD_PERCENTAGE, RESOURCE_GPU, RESOURCE_MIG_PREFIX
 from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
-from scheduler.core.fit import Need
+from scheduler.core.fit import WEIGHTED_GANG, Need
 from scheduler.core.types import Assignment, GPUState, NodeState, PartitionGrant, slot_share_milli
 
 
@@ -95,11 +95,12 @@ def _assign(node: NodeState, need: Need, key: str, mig_profiles: tuple[str, ...]
         if mig is not None and (whole is None or mig.partitions[0].share_milli < SHARE_MILLI_FULL):
             return mig
         return whole
-    if mode == SharingMode.MPS_WEIGHTED and PartitionKind.MPS_WEIGHTED in kinds:
-        return _assign_weighted(node, need, key, gpu_hint) if need.gpu_count == 1 else _assign_weighted_gang(
-            node, need, key)
+    if mode == SharingMode.MPS_WEIGHTED and need.gpu_count > 1 and kinds == WEIGHTED_GANG:
+        return _assign_weighted_gang(node, need, key)
     if need.gpu_count != 1:
         return None
+    if mode == SharingMode.MPS_WEIGHTED and PartitionKind.MPS_WEIGHTED in kinds:
+        return _assign_weighted(node, need, key, gpu_hint)
     if mode == SharingMode.MPS and PartitionKind.MPS in kinds:
         return _assign_mps(node, need, key)
     if mode == SharingMode.TIMESLICE and PartitionKind.TIMESLICE in kinds:

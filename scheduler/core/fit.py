@@ -200,14 +200,21 @@ def evaluate_fit(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> Fi
     return FitTable(nodes, code, kind, unit, first)
 
 
+WEIGHTED_GANG = frozenset({PartitionKind.MPS_WEIGHTED})
+
+
 def _gang_kinds(need: Need) -> np.ndarray:
-    """Per mode id: the kind id a gang gets there (exclusive on exclusive / MIG nodes, a 100 %
-    weighted share per GPU on mps-weighted nodes), -1 where the mode gives no whole GPUs or the
-    request does not accept that kind."""
+    """Per mode id: the kind id a gang gets there (exclusive on exclusive / MIG nodes; on
+    mps-weighted nodes a 100 % weighted share per GPU, for a request that asks for mps-weighted
+    explicitly), -1 where the mode gives no whole GPUs or the request does not accept that kind.
+
+    Why only when asked: the device plugin under weighted MPS runs time-slicing, whose replicas go
+    one per pod (``failRequestsGreaterThanOne``), so a gang there needs a device plugin set up to
+    admit it; the trace replay's gangs ask for it, an ``auto`` gang never lands there."""
     kinds = np.full(len(MODE_ID), -1, dtype=np.int64)
     if PartitionKind.EXCLUSIVE in need.kinds:
         kinds[MODE_ID[SharingMode.EXCLUSIVE]] = kinds[MODE_ID[SharingMode.MIG]] = KIND_EXCLUSIVE
-    if PartitionKind.MPS_WEIGHTED in need.kinds:
+    if need.kinds == WEIGHTED_GANG:
         kinds[MODE_ID[SharingMode.MPS_WEIGHTED]] = KIND_WEIGHTED
     return kinds
 

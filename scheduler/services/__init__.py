@@ -22,10 +22,14 @@ from scheduler.services.reading import deployment_events, placement_summary
 from scheduler.services.releasing import release_replica
 from scheduler.services.spec import (
     DNS_LABEL_PATTERN,
+    HOST_DEFAULTS,
     LABEL_VALUE_PATTERN,
+    MAX_CPU_MILLI,
     MAX_GPU_COUNT,
+    MAX_HOST_MEMORY_MIB,
     MAX_LATENCY_SLO_MS,
     MAX_MEMORY_GB,
+    QUANTITY_PATTERN,
     TEXT_PATTERN,
     DeploySpec,
     label_errors,
@@ -44,10 +48,14 @@ from scheduler.services.watching import (
 
 __all__ = [
     "DNS_LABEL_PATTERN",
+    "HOST_DEFAULTS",
     "LABEL_VALUE_PATTERN",
+    "MAX_CPU_MILLI",
     "MAX_GPU_COUNT",
+    "MAX_HOST_MEMORY_MIB",
     "MAX_LATENCY_SLO_MS",
     "MAX_MEMORY_GB",
+    "QUANTITY_PATTERN",
     "TEXT_PATTERN",
     "SWEEP_BATCH",
     "WATCH_ERROR",

@@ -41,6 +41,8 @@ _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 # has no control character and is not blank (one character that str.strip() keeps).
 DNS_LABEL_PATTERN = _DNS_LABEL.pattern
 LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"  # empty, or a label name
+# A Kubernetes quantity (nodes.quantities): a decimal number, an optional exponent, a suffix.
+QUANTITY_PATTERN = r"^[+]?[0-9.]+([eE][+-]?[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 TEXT_PATTERN = (
     r"^[^\x00-\x1f\x7f]*"
     r"[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
@@ -182,7 +184,9 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
     (not ``exclusive``); the choice fields one of their values; ``labels``
     valid Kubernetes labels (``label_errors``). A multi-GPU replica takes whole GPUs, so only
     ``auto`` and ``exclusive`` sharing go with ``gpu_count`` > 1 (time-slicing especially: its
-    replicas may land on one physical GPU).
+    replicas may land on one physical GPU). ``cpu`` and ``memory`` are Kubernetes quantities (a
+    number: cores, bytes), greater than 0 and at most 1,024 cores / 16 Ti; None takes the workload
+    type's default (``HOST_DEFAULTS``); the result holds them in canonical form ("4", "16Gi").
     """
     errors: dict[str, list[str]] = defaultdict(list)
     _check_dns_label(errors, "name", spec.name)

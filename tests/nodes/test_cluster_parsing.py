@@ -105,7 +105,32 @@ def test_pod_gpu_requests_sum_containers_and_ignore_cpu_only_pods():
     assert parsed is not None
     assert parsed.gpu_requests == {"nvidia.com/gpu": 2, "nvidia.com/mig-3g.20gb": 1}
     assert parsed.key == "serving/p" and parsed.ready and parsed.owner_kind == "ReplicaSet"
+    # An unbound pod without GPUs holds nothing yet.
     assert parse_pod({"metadata": {"name": "cpu"}, "spec": {"containers": [{"resources": {"limits": {"cpu": "1"}}}]}}) is None
+
+
+def test_a_pods_cpu_and_memory_requests_are_counted_as_node_resources_fit_counts_them():
+    pod = {
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {
+            "nodeName": "gpu-node-1",
+            "containers": [
+                {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}},
+                {"resources": {"limits": {"cpu": "1", "memory": "512Mi"}}},  # limits only: the request too
+                {"resources": {}},
+            ],
+            # An init container that asks more than the containers together sets the pod's figure.
+            "initContainers": [{"resources": {"requests": {"cpu": "3"}}}, {"resources": {"requests": {"memory": "1Gi"}}}],
+            "overhead": {"cpu": "250m", "memory": "120Mi"},
+        },
+        "status": {"phase": "Running"},
+    }
+    parsed = parse_pod(pod)
+    assert parsed is not None and parsed.gpu_requests == {}
+    # CPU: max(500m + 1, 3) + 250m = 3250m. Memory: max(1Gi + 512Mi, 1Gi) + 120Mi = 1656 MiB.
+    assert (parsed.cpu_request_milli, parsed.memory_request_mib) == (3250, 1656)
+    # A pod that asks for nothing at all takes nothing of its node.
+    assert parse_pod({"metadata": {"name": "idle"}, "spec": {"nodeName": "n", "containers": [{}]}}) is None
 
 
 def test_deployment_manifest_pins_with_required_hostname_affinity():
@@ -122,13 +147,21 @@ def test_deployment_manifest_pins_with_required_hostname_affinity():
     manifest = deployment_manifest(spec)
     pod_spec = manifest["spec"]["template"]["spec"]
     assert pinned_node(manifest) == "h100-node-1"
-    assert pod_spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert pod_spec["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
     assert pod_spec["containers"][0]["env"] == [{"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "50"}]
     assert pod_spec["priorityClassName"] == "gpuplane-high"
     assert manifest["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuplane"
     # The selector must match the pod template's labels or the API server rejects the Deployment.
     selector = manifest["spec"]["selector"]["matchLabels"]
     assert selector.items() <= manifest["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_the_manifest_requests_and_limits_cpu_and_memory():
+    spec = WorkloadSpec(namespace="serving", name="llama-0", node_name="n", image="vllm", resources={"nvidia.com/gpu": 1},
+                        host_requests={"cpu": "8", "memory": "64Gi"})
+    resources = deployment_manifest(spec)["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"cpu": "8", "memory": "64Gi"},
+                         "limits": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"}}
 
 
 def test_an_unpinned_manifest_leaves_the_choice_to_the_default_scheduler():

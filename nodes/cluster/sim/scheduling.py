@@ -2,10 +2,10 @@
 
 - The scheduler binds each Pending, unbound pod (oldest first) to the first node, by name, that
   matches its required hostname affinity, is Ready and schedulable, has no untolerated
-  NoSchedule/NoExecute taint and has the extended resources it asks for free. A pod that fits
-  nowhere stays Pending with the scheduler's "0/N nodes are available: ..." message on its
-  PodScheduled condition. Only extended resources are counted: gpuplane workloads request GPUs,
-  not CPU or memory.
+  NoSchedule/NoExecute taint and has the extended resources, CPU and memory it asks for free
+  (allocatable minus what its bound, unfinished pods request, as NodeResourcesFit counts them).
+  A pod that fits nowhere stays Pending with the scheduler's "0/N nodes are available: ..."
+  message on its PodScheduled condition ("Insufficient cpu").
 - The kubelet admits a bound pod only when the device plugin can allocate its GPUs, and makes it
   Running and Ready a fixed delay after binding.
 - Cordon marks a node unschedulable and taints it, as `kubectl cordon` and the node lifecycle
@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 from nodes.cluster.manifests import pinned_node
-from nodes.cluster.parsing import parse_quantity
+from nodes.cluster.parsing import parse_quantity, pod_host_requests
 from nodes.cluster.sim.device_plugin import allocation_refusal
 from nodes.cluster.sim.indexes import indexes
 from nodes.cluster.sim.objects import (
@@ -84,7 +84,7 @@ def _schedule(
     """The default scheduler for one pending pod: bind to the first node that fits, by name."""
     pod = state["pods"][key]
     nodes = state["nodes"]
-    requests = _extended_requests(pod)
+    requests = _requests(pod)
     wanted_node = pinned_node({"spec": {"template": {"spec": pod["spec"]}}})
     shape = json.dumps([requests, wanted_node, pod["spec"].get("tolerations")], sort_keys=True)
     if shape in failed:
@@ -140,7 +140,8 @@ def _unfit_reason(
 
 
 class _FreeResources(dict[str, dict[str, int]]):
-    """Per node, on first use: allocatable extended resources minus what its bound, live pods request."""
+    """Per node, on first use: allocatable extended resources, CPU (milli) and memory (MiB) minus
+    what its bound, live pods request."""
 
     def __init__(self, state: State) -> None:
         super().__init__()
@@ -148,12 +149,15 @@ class _FreeResources(dict[str, dict[str, int]]):
 
     def __missing__(self, name: str) -> dict[str, int]:
         node = self.state["nodes"].peek(name)
-        free = {key: int(parse_quantity(value)) for key, value in node["status"]["allocatable"].items() if "/" in key}
+        allocatable = node["status"]["allocatable"]
+        free = {key: int(parse_quantity(value)) for key, value in allocatable.items() if "/" in key}
+        free["cpu"] = int(parse_quantity(allocatable.get("cpu", "0")) * 1000)
+        free["memory"] = int(parse_quantity(allocatable.get("memory", "0")) / 2**20)
         pods = self.state["pods"]
         for pod_key in pods_on_node(self.state, name):
             pod = pods.peek(pod_key)
             if phase(pod) not in TERMINAL_PHASES:
-                for resource, amount in _extended_requests(pod).items():
+                for resource, amount in _requests(pod).items():
                     free[resource] = free.get(resource, 0) - amount
         self[name] = free
         return free
@@ -171,6 +175,17 @@ def _bind(state: State, key: str, node_name: str, requests: dict[str, int], now:
         pod["status"]["reason"] = "UnexpectedAdmissionError"
         pod["status"]["message"] = refusal
         record_event(state, now, "Pod", key, "Warning", "UnexpectedAdmissionError", refusal)
+
+
+def _requests(pod: dict[str, Any]) -> dict[str, int]:
+    """What the pod asks of a node: its extended resources, CPU (milli) and memory (MiB)."""
+    requests = _extended_requests(pod)
+    cpu_milli, memory_mib = pod_host_requests(pod)
+    if cpu_milli:
+        requests["cpu"] = cpu_milli
+    if memory_mib:
+        requests["memory"] = memory_mib
+    return requests
 
 
 def _extended_requests(pod: dict[str, Any]) -> dict[str, int]:

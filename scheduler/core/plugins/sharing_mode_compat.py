@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind, SharingMode
+from scheduler.core.fit import WEIGHTED_GANG
 from scheduler.core.framework import SUCCESS, Code, CycleState, FilterPlugin, PreFilterPlugin, Status
 from scheduler.core.node_columns import MODE_ID, MODES
 from scheduler.core.types import MODE_KINDS, SharingRequest
@@ -11,8 +12,6 @@ from scheduler.core.types import MODE_KINDS, SharingRequest
 _MPS = MODE_ID[SharingMode.MPS]
 _WEIGHTED = MODE_ID[SharingMode.MPS_WEIGHTED]
 _TIMESLICE = MODE_ID[SharingMode.TIMESLICE]
-# Kinds a gang can be given whole GPUs as (``scheduler.core.fit``).
-_GANG_KINDS = frozenset({PartitionKind.EXCLUSIVE, PartitionKind.MPS_WEIGHTED})
 
 
 class SharingModeCompat(PreFilterPlugin, FilterPlugin):
@@ -21,9 +20,10 @@ class SharingModeCompat(PreFilterPlugin, FilterPlugin):
 
     1 "sharing mode not requested": the mode offers none of the accepted kinds
       (an explicit ``sharing: mps`` never lands on a time-sliced node).
-    2 "multi-GPU requests need whole GPUs": ``gpu_count`` > 1 on an mps or timeslice node
-      (the device plugin refuses more than one shared replica per request); an mps-weighted
-      node gives a gang untouched GPUs, 100 % of each (``scheduler.core.fit``).
+    2 "multi-GPU requests need whole GPUs": ``gpu_count`` > 1 on an mps, timeslice or (unless
+      the request asks for mps-weighted) mps-weighted node: the device plugin refuses more than
+      one shared replica per request; a gang that asks for mps-weighted is given untouched GPUs
+      of such a node, 100 % of each (``scheduler.core.fit``).
     3 "MPS cannot run on MIG GPUs": an mps / mps-weighted node with a MIG-enabled GPU.
     4 "MPS clients exceed the GPU's limit": R > 48 clients (16 before compute capability 7.5).
     5 "MPS share too small": uniform MPS gives each client 1000 // R milli, so a request of
@@ -72,7 +72,8 @@ class SharingModeCompat(PreFilterPlugin, FilterPlugin):
         if need.cpu_only:
             return np.zeros(len(snapshot.group_mode_id), dtype=np.int64)
         offers = np.array([bool(MODE_KINDS[mode] & kinds) for mode in MODES])
-        whole = np.array([bool(MODE_KINDS[mode] & kinds & _GANG_KINDS) for mode in MODES])
+        whole = np.array([PartitionKind.EXCLUSIVE in MODE_KINDS[mode] & kinds
+                          or (mode == SharingMode.MPS_WEIGHTED and kinds == WEIGHTED_GANG) for mode in MODES])
         mode = snapshot.group_mode_id
         replicas = np.maximum(snapshot.group_replicas, 1)
         slot_share = SHARE_MILLI_FULL // replicas

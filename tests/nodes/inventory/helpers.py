@@ -106,9 +106,12 @@ def pod(
     memory_mib: int | None = None,
     phase: str = "Running",
     labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    cpu_milli: int = 0,
+    host_memory_mib: int = 0,
 ) -> ClusterPod:
     namespace, name = key.split("/")
-    annotations = {}
+    annotations = dict(annotations or {})
     if gpus is not None:
         annotations["gpuplane.io/gpus"] = gpus
     if share_milli is not None:
@@ -125,7 +128,9 @@ def pod(
         ready=phase == "Running",
         labels=labels or {},
         annotations=annotations,
-        gpu_requests=resources or {"nvidia.com/gpu": 1},
+        gpu_requests={"nvidia.com/gpu": 1} if resources is None else resources,
+        cpu_request_milli=cpu_milli,
+        memory_request_mib=host_memory_mib,
     )
 
 

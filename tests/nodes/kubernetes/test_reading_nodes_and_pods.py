@@ -71,7 +71,7 @@ def test_it_sends_no_authorization_without_a_token(kube):
 # --- pods ---------------------------------------------------------------------------------
 
 
-def test_it_lists_unfinished_gpu_and_mig_pods_of_all_namespaces(kube, cluster):
+def test_it_lists_unfinished_gpu_and_mig_pods_and_bound_pods_that_hold_cpu(kube, cluster):
     kube.on(
         "GET",
         "/api/v1/pods",
@@ -81,11 +81,12 @@ def test_it_lists_unfinished_gpu_and_mig_pods_of_all_namespaces(kube, cluster):
                 k8s.pod("llama-7c9d8f6b5-abcde", "ml", limits={"nvidia.com/gpu": "1"}, priority_class_name="gpuplane-high"),
                 k8s.pod("bert-5f6d7c8b9-fghij", "research", limits={"nvidia.com/mig-3g.40gb": "1"}, ready=False),
                 k8s.pod("nginx-6d4cf56db6-klmno", "web", node_name="cpu-node-1", limits={"cpu": "500m", "memory": "256Mi"}),
+                k8s.pod("pending-cpu-pod", "web", node_name="", limits={"cpu": "2"}),
             ],
         ),
     )
 
-    llama, bert = cluster.list_gpu_pods()
+    llama, bert, nginx = cluster.list_gpu_pods()
 
     request = kube.only_request()
     assert (request.method, request.path) == ("GET", "/api/v1/pods")
@@ -97,3 +98,7 @@ def test_it_lists_unfinished_gpu_and_mig_pods_of_all_namespaces(kube, cluster):
     assert bert.key == "research/bert-5f6d7c8b9-fghij"
     assert bert.gpu_requests == {"nvidia.com/mig-3g.40gb": 1}
     assert bert.ready is False
+    # Every bound pod holds its node's CPU and memory (NodeResourcesFit counts them all); an unbound
+    # pod without GPUs holds nothing yet and is not listed.
+    assert nginx.key == "web/nginx-6d4cf56db6-klmno" and nginx.gpu_requests == {}
+    assert (nginx.node_name, nginx.cpu_request_milli, nginx.memory_request_mib) == ("cpu-node-1", 500, 256)

@@ -154,9 +154,9 @@ def test_sharing_mode_compat_explicit_sharing_only_lands_on_that_mode():
 
 def test_sharing_mode_compat_multi_gpu_requests_need_whole_gpus():
     codes = filter_codes(SharingModeCompat(), _mode_nodes(), request(100, gpu_count=2))
-    # A weighted-MPS node gives a gang untouched GPUs, 100 % of each; uniform MPS and
-    # time-slicing hand out one replica per request.
-    assert codes == {"exclusive": 0, "mig": 0, "mps-2": 2, "mps-4": 2, "weighted": 0, "slice-2": 2, "slice-4": 2}
+    # Shared modes hand out one replica per request; a weighted-MPS node gives untouched GPUs,
+    # 100 % of each, to a gang that asks for mps-weighted (its device plugin must admit it).
+    assert codes == {"exclusive": 0, "mig": 0, "mps-2": 2, "mps-4": 2, "weighted": 2, "slice-2": 2, "slice-4": 2}
     weighted = filter_codes(SharingModeCompat(), _mode_nodes(),
                             request(100, gpu_count=2, sharing=SharingRequest.MPS_WEIGHTED))
     assert {name for name, code in weighted.items() if code == 0} == {"weighted"}

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.django_db
 def test_the_form_explains_each_sharing_mode_honestly(operator_client):
     body = operator_client.get("/deployments/new/").content.decode()
     for field in ("name", "model", "memory_gb", "gpu_count", "replicas", "workload_type", "priority",
-                  "latency_slo_ms", "namespace", "labels", "sharing", "share_percent", "enable_gpu_selection"):
+                  "latency_slo_ms", "namespace", "labels", "sharing", "share_percent", "cpu", "memory",
+                  "enable_gpu_selection"):
         assert f'name="{field}"' in body
     assert body.count('name="sharing"') == 6
     # Each mode sizes by its own unit: the old rule (the class's share demanded of every mode) is gone.
@@ -61,6 +62,16 @@ def test_a_stated_compute_share_is_stored_and_sizes_the_placement(operator_clien
     body = response.content.decode()
     assert "25&nbsp;% as requested" in body
     assert "Sizing rule: MPS: 25 % as requested, at least 8 GB -&gt; 25 % of GPU" in body
+
+
+def test_cpu_and_memory_are_stored_and_shown_and_empty_means_the_workload_types_default(operator_client, demo):
+    response = operator_client.post("/deployments/new/", {**LOW_BATCH, "cpu": "500m", "memory": "2Gi"}, follow=True)
+    deployment = Deployment.objects.get()
+    assert (deployment.cpu_milli, deployment.host_memory_mib) == (500, 2048)
+    assert "500m CPU, 2Gi per replica" in response.content.decode()
+    operator_client.post("/deployments/new/", {**LOW_BATCH, "name": "defaults", "cpu": "", "memory": ""})
+    defaults = Deployment.objects.get(name="defaults")
+    assert (defaults.cpu_milli, defaults.host_memory_mib) == services.HOST_DEFAULTS["batch"]
 
 
 def test_an_empty_compute_share_means_the_modes_own_rule(operator_client, demo):
@@ -108,6 +119,10 @@ def test_cross_field_rules_of_the_api_apply_to_the_form(operator_client, demo):
         ("model", "x" * 201, "x" * 201),
         ("share_percent", "0", 0),
         ("share_percent", "101", 101),
+        ("cpu", "8 cores", "8 cores"),
+        ("cpu", "0", "0"),
+        ("memory", "64GB", "64GB"),
+        ("memory", "17Ti", "17Ti"),
     ],
 )
 def test_the_form_refuses_what_the_api_validator_refuses_with_its_message(operator_client, demo, field, typed, value):

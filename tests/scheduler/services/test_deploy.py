@@ -40,7 +40,9 @@ def test_it_places_reserves_and_creates_one_pinned_workload(cluster):
     pod = manifest["spec"]["template"]
     assert pinned_node(manifest) == placement.node.name
     container = pod["spec"]["containers"][0]
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    # The inference workload type's default host requests, requested and limited alike.
+    assert container["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"},
+                                      "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}
     assert pod["spec"]["priorityClassName"] == "gpuplane-high"
     assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuplane"
     assert pod["metadata"]["labels"]["gpuplane.io/deployment"] == str(deployment.pk)
@@ -98,7 +100,8 @@ def test_a_mig_replica_requests_its_profile_and_names_its_instance(cluster):
     assert placement.mig_profile == held.mig_profile and held.kind == PartitionKind.MIG
     manifest = workload(cluster, placement.workload_name)
     pod = manifest["spec"]["template"]
-    assert pod["spec"]["containers"][0]["resources"]["limits"] == {f"nvidia.com/mig-{held.mig_profile}": "1"}
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {
+        "cpu": "4", "memory": "16Gi", f"nvidia.com/mig-{held.mig_profile}": "1"}
     assert pod["metadata"]["annotations"]["gpuplane.io/mig-start"] == str(held.mig_start)
     check_invariants()
 
@@ -193,7 +196,8 @@ def test_the_inference_service_template_mirrors_the_workload(cluster):
     assert (engine["minReplicas"], engine["maxReplicas"]) == (1, 1)
     terms = engine["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms[0]["matchExpressions"][0]["values"] == [placement.node.name]
-    assert engine["runner"]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert engine["runner"]["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"},
+                                             "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}
     env = {item["name"]: item["value"] for item in engine["runner"]["env"]}
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     assert env["TRICKY"] == 'quote " and\nnewline: {x}'  # values cannot change the document's shape
