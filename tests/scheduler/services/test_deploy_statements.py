@@ -5,8 +5,9 @@ it), with the watch enqueued to a broker (not eager). The statements, in order (
 has no advisory lock, its BEGIN takes the write lock):
 
   before the lock:   the snapshot's change log, and the node the previous deploy changed rebuilt
-                     (node, GPUs, partitions in one statement): 2 (the live placements' shapes,
-                     FragmentationGradient's typical pods, are read once per 30 s per process)
+                     (node, GPUs, partitions in one statement): 2 (the observed workload mix, the
+                     packing plugins' typical pods and sharing plan, is a cache read: beat
+                     recomputes it, scheduler.services.workload_mix)
   reserving:         BEGIN, placement lock, change log again (under the lock), quota, INSERT
                      deployment, INSERT placement, lock the GPU, INSERT the hold if the partition
                      is still free (INSERT ... SELECT), charge the GPU, INSERT audit rows (deployment
@@ -29,6 +30,7 @@ from scheduler import services
 from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.services import placing
 from scheduler.services.snapshots import SNAPSHOTS
+from scheduler.services.workload_mix import refresh_workload_mix
 from tests.scheduler.inventory import check_invariants, empty_cluster, whole_gpu_cluster
 from tests.scheduler.services.specs import spec
 
@@ -67,3 +69,24 @@ def test_one_deploy_sends_a_bounded_number_of_statements():
     assert stored.status == DeploymentStatus.PLACED
     assert list(stored.placements.values_list("status", flat=True)) == [PlacementStatus.BINDING]
     check_invariants()
+
+
+def _deploy_statements(name: str, cluster) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        services.deploy(spec(name=name, sharing="exclusive", memory_gb=40), cluster=cluster)
+    return [query["sql"] for query in queries.captured_queries]
+
+
+def test_the_workload_mix_and_its_plan_cost_the_deploy_path_no_statement():
+    whole_gpu_cluster(40, gpus_per_node=3, busy_per_node=1)
+    cluster = empty_cluster()
+    services.deploy(spec(name="warm", sharing="exclusive", memory_gb=40), cluster=cluster)
+    without = _deploy_statements("without", cluster)
+    # A mix of 20 deploys' placements (live) becomes the plan the next deploys decide with.
+    for number in range(20):
+        services.deploy(spec(name=f"mix-{number}", sharing="exclusive", memory_gb=40), cluster=cluster)
+    assert refresh_workload_mix() is not None
+    first = _deploy_statements("first-with-mix", cluster)  # builds the profile with the new mix
+    second = _deploy_statements("second-with-mix", cluster)
+    # Deploys with the new mix (the first builds its profile) send what deploys without one sent.
+    assert len(first) == len(second) == len(without), "\n".join(first)
