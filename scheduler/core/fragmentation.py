@@ -70,8 +70,10 @@ def class_usable(gpu_count: np.ndarray, cpu: np.ndarray, access: np.ndarray | No
     ``hosted x min(1, (cpu_left / cpu) / (pods the hosts take))``.
     """
     k = slice(None), None
-    # At least one pod's GPUs are free (a comparison: integer division costs 20x more).
-    runs = (host_count >= gpu_count[k]) & (cpu_left >= cpu[k])
+    # At least one pod's GPUs are free (a comparison: integer division costs 20x more), and its
+    # CPU (one comparison per node when no class asks for CPU).
+    cpu_ok = cpu_left >= cpu[k] if cpu.any() else cpu_left >= 0
+    runs = (host_count >= gpu_count[k]) & cpu_ok
     runs &= (gpu_count > 0)[k]
     if access is not None:
         runs &= access

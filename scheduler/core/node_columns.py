@@ -18,6 +18,8 @@ Per-GPU columns ``(nodes, G)``, G a multiple of 8, for exact checks and the pack
   holds any part of it.
 - ``gpu_free_share_milli`` / ``gpu_free_memory_mib``: 1000 / memory minus what occupants hold.
 - ``gpu_free_slots``: R minus occupants, for mps, mps-weighted and timeslice GPUs; else 0.
+- ``gpu_next_unit_milli``: on a MIG GPU, the largest free instance's share once one instance of
+  the largest free profile is taken (what ``gpu_max_unit_milli`` becomes then); else 0.
 - ``gpu_max_unit_milli``: the largest compute share one new placement could get on this GPU
   (1000 for a free whole GPU, the largest free MIG instance, 1000 // R for a free MPS or
   time-slice slot, the free share of a weighted GPU with a free slot), 0 when none.
@@ -82,7 +84,7 @@ FLOAT_COLUMNS: tuple[str, ...] = ("util_pct", "load_pct", "memory_used_pct", "po
 BOOL_COLUMNS: tuple[str, ...] = ("ready", "cordoned", "has_mig_gpu", "has_metrics")
 GPU_INT_COLUMNS: tuple[str, ...] = (
     "gpu_memory_mib", "gpu_free_share_milli", "gpu_free_memory_mib", "gpu_free_slots",
-    "gpu_max_unit_milli", "gpu_free_milli",
+    "gpu_max_unit_milli", "gpu_free_milli", "gpu_next_unit_milli",
 )
 # Offers: (nodes, offer_slots), 8 wide unless some node has more (a weighted-MPS node of more
 # than 8 GPUs); at 8 wide a node's booleans are one uint64 word (``row_words``).
@@ -137,6 +139,7 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
     mig_profiles = models.mig_profiles[model_id]
     profile_row = {name: row for row, name in enumerate(mig_profiles)}
     memory, free_share, free_memory, free_slots, max_unit, free_milli = [], [], [], [], [], []
+    next_unit: list[int] = []
     whole_free, util, mem_pct, mig_free = [], [], [], []
     whole_memory: list[int] = []
     slot_memory: list[int] = []
@@ -165,8 +168,10 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
                 if row is not None:  # an instance of a profile the model lacks is never handed out
                     counts[row] += 1
                     offers.setdefault((p.share_milli, p.memory_mib, _KIND_MIG, row), position)
+            shares = sorted((p.share_milli for p in free_instances), reverse=True)
             unit = _max(p.share_milli for p in free_instances)
             usable = sum(p.share_milli for p in free_instances)
+            next_unit.append(shares[1] if len(shares) > 1 else 0)
         elif whole_mode:
             is_whole_free = not occupied
             unit = usable = SHARE_MILLI_FULL if is_whole_free else 0
@@ -194,6 +199,8 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
                 # MPS pins memory / R per client; the others count memory actually handed out.
                 slot_memory.append(gpu.memory_mib // replicas if mode == SharingMode.MPS else memory_left)
                 slot_shares.append(unit)
+        if not gpu.mig_enabled:
+            next_unit.append(0)
         memory.append(gpu.memory_mib)
         whole_free.append(is_whole_free)
         free_share.append(share_left)
@@ -270,6 +277,7 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
             "gpu_free_slots": free_slots,
             "gpu_max_unit_milli": max_unit,
             "gpu_free_milli": free_milli,
+            "gpu_next_unit_milli": next_unit,
         },
         gpu_bools={"gpu_present": [True] * count, "gpu_whole_free": whole_free},
         gpu_floats={"gpu_util_pct": util, "gpu_memory_used_pct": mem_pct},

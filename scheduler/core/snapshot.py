@@ -93,6 +93,7 @@ class ClusterSnapshot:
     gpu_free_slots: np.ndarray
     gpu_max_unit_milli: np.ndarray
     gpu_free_milli: np.ndarray
+    gpu_next_unit_milli: np.ndarray
     # (nodes, gpu_slots) bool
     gpu_present: np.ndarray
     gpu_whole_free: np.ndarray

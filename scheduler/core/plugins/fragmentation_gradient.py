@@ -19,7 +19,6 @@ from nodes.vocabulary import SHARE_MILLI_FULL
 from scheduler.core.fit import KIND_MIG, KIND_WEIGHTED, FitTable
 from scheduler.core.fragmentation_columns import NodeFragmentation, TypicalPods
 from scheduler.core.framework import CycleState, ScorePlugin
-from scheduler.core.packed_rows import pick
 from scheduler.core.plugins.capability_match import accepts_model
 
 # When the observed workload is not known (``plugin_args`` give it): the classification's shares.
@@ -95,8 +94,8 @@ class FragmentationGradient(ScorePlugin):
             ids = nodes.take(at)
             flat = ids * snapshot.gpu_slots + gpus.take(at)
             old_free[at] = free = snapshot.gpu_free_milli.ravel().take(flat)
-            old_unit[at] = snapshot.gpu_max_unit_milli.ravel().take(flat)
-            new_free[at], new_unit[at] = self._gpu_after(state, fit, at, (ids, flat), free)
+            old_unit[at] = largest = snapshot.gpu_max_unit_milli.ravel().take(flat)
+            new_free[at], new_unit[at] = self._gpu_after(state, fit, at, (ids, flat), (free, largest))
         after = frag.after_one_gpu(snapshot, nodes, (old_free, old_unit), (new_free, new_unit), cpu)
         # A unit larger than the share strands the excess as surely as a sliver left free.
         excess = np.maximum(fit.unit_share_milli - need.share_milli, 0)
@@ -104,28 +103,26 @@ class FragmentationGradient(ScorePlugin):
 
     @staticmethod
     def _gpu_after(state: CycleState, fit: FitTable, rows: np.ndarray, where: tuple[np.ndarray, np.ndarray],
-                   old_free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                   old: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Usable free milli and largest unit of the GPU each placement takes (``where``: node ids
-        and the GPU's index in the snapshot's raveled per-GPU columns), once it holds its unit;
-        ``rows`` are the placements' positions in ``fit`` (never whole-GPU units)."""
+        and the GPU's index in the snapshot's raveled per-GPU columns; ``old``: the two before),
+        once it holds its unit; ``rows`` are the placements' positions in ``fit`` (never whole GPUs)."""
         snapshot = state.snapshot
         ids, flat = where
+        old_free, old_unit = old
         kind, unit = fit.kind.take(rows), fit.unit_share_milli.take(rows)
         share_after = snapshot.gpu_free_share_milli.ravel().take(flat) - unit
         new_free = np.where(snapshot.gpu_free_slots.ravel().take(flat) > 1, share_after, 0)
         # The next unit there: what is left of a weighted GPU, at most one slot's share of a
         # uniform one (0 once its slots are gone).
-        cap = np.where(kind == KIND_WEIGHTED, SHARE_MILLI_FULL,
-                       _SLOT_SHARE.take(np.clip(snapshot.replicas.take(ids), 1, len(_SLOT_SHARE) - 1)))
+        cap = np.where(kind == KIND_WEIGHTED, SHARE_MILLI_FULL, _SLOT_SHARE.take(snapshot.replicas.take(ids), mode="clip"))
         new_unit = np.minimum(cap, new_free)
         mig = np.flatnonzero(kind == KIND_MIG)
         if len(mig):
-            counts = snapshot.gpu_mig_free.reshape(-1, snapshot.gpu_mig_free.shape[2]).take(flat[mig], axis=0)
-            counts = counts.astype(np.int64)
-            counts[np.arange(len(mig)), pick(snapshot.offer_mig_row, ids[mig], fit.offer.take(rows[mig]))] -= 1
-            shares = snapshot.models.mig_share_milli[snapshot.model_id[ids[mig]]]
+            # Its instances stay; the largest free one changes only when the largest was taken.
             new_free[mig] = old_free[mig] - unit[mig]
-            new_unit[mig] = np.where(counts > 0, shares, 0).max(axis=1)
+            new_unit[mig] = np.where(unit[mig] < old_unit[mig], old_unit[mig],
+                                     snapshot.gpu_next_unit_milli.ravel().take(flat[mig]))
         return new_free, new_unit
 
     def normalize(self, state: CycleState, raw: np.ndarray) -> np.ndarray:
