@@ -223,6 +223,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULER = "gpuplane.celery:LivenessScheduler"  # beat's own, plus the liveness file
 INVENTORY_SYNC_INTERVAL_S = env_int("GPUPLANE_INVENTORY_SYNC_INTERVAL_S", 30, minimum=5)
 # --- Telemetry (DESIGN.md section 8) ---------------------------------------------------------
 # Where poll_metrics_task reads GPU metrics: simulator, DCGM via Prometheus, none (agents push to the API).
