@@ -173,7 +173,7 @@ def test_two_web_processes_and_two_workers_keep_every_invariant_when_one_web_is_
 
     assert killed.is_set()
     outcomes = Counter((port, outcome) for port, outcome, _ in results)
-    assert set(outcome for _, outcome in outcomes) <= {"201", "409", "cut"}, outcomes
+    assert {outcome for _, outcome in outcomes} <= {"201", "409", "cut"}, outcomes
     assert sum(n for (_, outcome), n in outcomes.items() if outcome == "409") > 0, outcomes  # capacity ran out
     assert outcomes[(ports["web-a"], "201")] > 0 and outcomes[(ports["web-b"], "201")] > 0, outcomes
     assert outcomes[(ports["web-b"], "cut")] > 0, outcomes  # the kill really cut requests off
@@ -182,7 +182,7 @@ def test_two_web_processes_and_two_workers_keep_every_invariant_when_one_web_is_
     # Every deployment answered 201 is there, placed, holding its GPU.
     created = {body["id"] for _, outcome, body in results if outcome == "201" and body}
     assert len(created) == sum(n for (_, outcome), n in outcomes.items() if outcome == "201")
-    stored = {pk: status for pk, status in Deployment.objects.filter(pk__in=created).values_list("pk", "status")}
+    stored = dict(Deployment.objects.filter(pk__in=created).values_list("pk", "status"))
     assert set(stored) == created, f"answered 201 but missing: {sorted(created - set(stored))}"
     placed = set(Placement.objects.filter(deployment__in=created).values_list("deployment_id", flat=True))
     assert placed == created
