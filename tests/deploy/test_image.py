@@ -259,11 +259,14 @@ def test_each_entrypoint_of_the_image_starts(layout, transactional_db):
         fake = layout.var.parent / "fake-nvml"
         fake.mkdir()
         (fake / "sitecustomize.py").write_text(FAKE_NVML.format(base=str(BASE_DIR), node="image-node"))
+        keys = layout.var.parent / "agent-keys"  # the Secret gpuplane-agent as the DaemonSet mounts it
+        keys.mkdir()
+        (keys / "image-node").write_text(agent_key)
         agent = subprocess.run(
             [str(layout.app / "deploy/image/entrypoint"), "agent", "--server", base, "--once"],
             cwd=layout.app, capture_output=True, text=True, timeout=120,
-            env=layout.env | {"NODE_NAME": "image-node", "GPUPLANE_AGENT_TOKEN": agent_key, "GPUPLANE_ENV": "development",
-                              "PYTHONPATH": str(fake)})
+            env=layout.env | {"NODE_NAME": "image-node", "GPUPLANE_AGENT_TOKEN_DIR": str(keys),
+                              "GPUPLANE_ENV": "development", "PYTHONPATH": str(fake)})
         assert agent.returncode == 0, agent.stdout + agent.stderr
         assert dict(GPUSample.objects.values_list("gpu__uuid", "utilization_pct"))["GPU-image-node-0"] == 37
     finally:

@@ -194,7 +194,11 @@ def test_the_agent_runs_on_gpu_nodes_with_the_nvidia_runtime_and_no_kubernetes_r
     assert spec["containers"][0]["args"][0] == "agent"
     env = {e["name"]: e for e in spec["containers"][0]["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    assert "secretKeyRef" in env["GPUPLANE_AGENT_TOKEN"]["valueFrom"]
+    assert "secretKeyRef" in env["GPUPLANE_AGENT_TOKEN"]["valueFrom"]  # one key for the fleet, or
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}  # one per node, by name
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert mounts["agent-keys"] == env["GPUPLANE_AGENT_TOKEN_DIR"]["value"]
+    assert volumes["agent-keys"]["secret"]["secretName"] == env["GPUPLANE_AGENT_TOKEN"]["valueFrom"]["secretKeyRef"]["name"]
     assert "nvidia.com/gpu" not in str(spec["containers"][0]["resources"])  # takes no GPU from a workload
     bound = [subject["name"] for binding in of_kind(objects, "RoleBinding") + of_kind(objects, "ClusterRoleBinding")
              for subject in binding["subjects"]]
