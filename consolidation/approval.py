@@ -13,8 +13,7 @@ from typing import Any
 from django.utils import timezone
 
 from consolidation.choices import PlanStatus
-from consolidation.models import ConsolidationPlan
-from consolidation.state import move_plan
+from consolidation.models import PLAN_STATES, ConsolidationPlan
 
 P = PlanStatus
 
@@ -28,7 +27,7 @@ def expire_stale(now: datetime | None = None) -> int:
     moment = now or timezone.now()
     expired = 0
     for plan in ConsolidationPlan.objects.filter(status=P.PROPOSED, expires_at__lte=moment):
-        expired += move_plan(plan, P.EXPIRED, actor="consolidation",
+        expired += PLAN_STATES.move(plan, P.EXPIRED, actor="consolidation",
                              reason=f"not approved before it expired at {plan.expires_at.isoformat()}")
     return expired
 
@@ -36,13 +35,13 @@ def expire_stale(now: datetime | None = None) -> int:
 def _decide(plan: ConsolidationPlan, to: str, action: str, actor: Any, reason: str) -> ConsolidationPlan:
     plan.refresh_from_db()
     if plan.status == P.PROPOSED and plan.expires_at <= timezone.now():
-        move_plan(plan, P.EXPIRED, actor="consolidation",
+        PLAN_STATES.move(plan, P.EXPIRED, actor="consolidation",
                   reason=f"not approved before it expired at {plan.expires_at.isoformat()}")
         plan.refresh_from_db()
     if plan.status != P.PROPOSED:
         raise NotAllowed(f"Cannot {action} a plan that is {plan.status}: only a proposed one"
                          + (" (it expired; run the analysis again)" if plan.status == P.EXPIRED else "") + ".")
-    if not move_plan(plan, to, actor=actor, reason=reason, values={"decided_by": actor if getattr(actor, "pk", None) else None}):
+    if not PLAN_STATES.move(plan, to, actor=actor, reason=reason, values={"decided_by": actor if getattr(actor, "pk", None) else None}):
         plan.refresh_from_db()
         raise NotAllowed(f"Cannot {action} a plan that is {plan.status}: only a proposed one.")
     plan.refresh_from_db()

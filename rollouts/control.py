@@ -1,6 +1,6 @@
 """What a user may do to a rollout: start, pause, resume, abort (``act``).
 
-Each is one move of the rollout's state machine (``rollouts.state``); the reconciler does the
+Each is one move of the rollout's state machine (``rollouts.models.ROLLOUT_STATES``); the reconciler does the
 work. Starting first runs the preview again on the cluster as it is now, and is refused when a
 workload that must move has nowhere to go any more. ``NotAllowed`` (a 409) says why when the rollout's status does not allow the action.
 Pausing stops the reconciler between steps; a node part-way changed stays as it is (cordoned,
@@ -16,11 +16,10 @@ from typing import Any
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend
 from nodes.sharing.node_config import NodeConfig
-from rollouts.choices import NodeState, RolloutStatus
-from rollouts.models import RollingUpdate
+from rollouts.choices import ROLLOUT_FROM, NodeState, RolloutStatus
+from rollouts.models import ROLLOUT_STATES, RollingUpdate
 from rollouts.preview import preview
 from rollouts.reconciler import restore_in_flight
-from rollouts.state import ROLLOUT_FROM, move_rollout
 
 S = RolloutStatus
 
@@ -67,7 +66,7 @@ def _move(rollout: RollingUpdate, to: str, allowed: tuple[str, ...], actor: Any,
     rollout.refresh_from_db(fields=["status"])
     if rollout.status not in allowed:
         return False
-    return move_rollout(rollout, to, actor=actor, reason=reason)
+    return ROLLOUT_STATES.move(rollout, to, actor=actor, reason=reason)
 
 
 def _check_still_safe(rollout: RollingUpdate, cluster: ClusterBackend | None) -> None:
