@@ -28,7 +28,7 @@ def expire_stale(now: datetime | None = None) -> int:
     expired = 0
     for plan in ConsolidationPlan.objects.filter(status=P.PROPOSED, expires_at__lte=moment):
         expired += PLAN_STATES.move(plan, P.EXPIRED, actor="consolidation",
-                             reason=f"not approved before it expired at {plan.expires_at.isoformat()}")
+                                    reason=f"not approved before it expired at {plan.expires_at.isoformat()}")
     return expired
 
 
@@ -36,7 +36,7 @@ def _decide(plan: ConsolidationPlan, to: str, action: str, actor: Any, reason: s
     plan.refresh_from_db()
     if plan.status == P.PROPOSED and plan.expires_at <= timezone.now():
         PLAN_STATES.move(plan, P.EXPIRED, actor="consolidation",
-                  reason=f"not approved before it expired at {plan.expires_at.isoformat()}")
+                         reason=f"not approved before it expired at {plan.expires_at.isoformat()}")
         plan.refresh_from_db()
     if plan.status != P.PROPOSED:
         raise NotAllowed(f"Cannot {action} a plan that is {plan.status}: only a proposed one"

@@ -68,10 +68,10 @@ def start(plan: ConsolidationPlan, now: datetime) -> bool:
     changes = changed_nodes(plan)
     if changes:
         PLAN_STATES.move(plan, P.ABORTED, actor=ACTOR,
-                  reason=f"the cluster changed since the plan was made ({'; '.join(changes)}); nothing was evicted")
+                         reason=f"the cluster changed since the plan was made ({'; '.join(changes)}); nothing was evicted")
         return False
     return PLAN_STATES.move(plan, P.EXECUTING, actor=ACTOR, reason="re-validated: the cluster is as the plan relied on",
-                     values={"progress": {"started_at": now.isoformat(), "moves": {}}})
+                            values={"progress": {"started_at": now.isoformat(), "moves": {}}})
 
 
 def _save(plan: ConsolidationPlan) -> None:

@@ -48,7 +48,7 @@ def advance_rollback(rollout: RollingUpdate, steps: list[RolloutNode], cluster: 
     for step in steps:
         if step.state == NodeState.PENDING:
             NODE_STATES.move(step, NodeState.SKIPPED, actor=ACTOR,
-                      reason=f"not started: the rollout rolls back after {failed} failed (nothing on it was changed)")
+                             reason=f"not started: the rollout rolls back after {failed} failed (nothing on it was changed)")
         elif step.state in IN_FLIGHT and not rolling_back(step):
             _stop(step, cluster, failed)
         elif step.state == NodeState.MOVING_BACK:
@@ -83,10 +83,10 @@ def _stop(step: RolloutNode, cluster: ClusterBackend, failed: str) -> None:
     problems = restore(step, cluster)
     if problems:
         NODE_STATES.move(step, NodeState.FAILED, actor=ACTOR,
-                  reason=f"stopped part-way (rollback after {failed} failed); restoring it: {'; '.join(problems)}")
+                         reason=f"stopped part-way (rollback after {failed} failed); restoring it: {'; '.join(problems)}")
         return
     NODE_STATES.move(step, NodeState.ROLLED_BACK, actor=ACTOR,
-              reason=f"stopped part-way and restored (previous labels, uncordoned): rollback after {failed} failed")
+                     reason=f"stopped part-way and restored (previous labels, uncordoned): rollback after {failed} failed")
 
 
 def _begin_batch(steps: list[RolloutNode], going_back: list[RolloutNode], now: datetime) -> list[RolloutNode]:
@@ -103,8 +103,8 @@ def _begin_batch(steps: list[RolloutNode], going_back: list[RolloutNode], now: d
         previous = NodeConfig.of(**step.previous_config).describe() if step.previous_config else "?"
         # One UPDATE: the state and a fresh progress (the forward pass's kept under "forward").
         if NODE_STATES.move(step, NodeState.PREWARMING, actor=ACTOR,
-                     reason=f"rolling back to {previous}: moving its workloads elsewhere first",
-                     values={"progress": {ROLLBACK: True, "forward": step.progress}, "step_started_at": now,
+                            reason=f"rolling back to {previous}: moving its workloads elsewhere first",
+                            values={"progress": {ROLLBACK: True, "forward": step.progress}, "step_started_at": now,
                              "retry_at": None}):
             started.append(step)
     return started
@@ -116,7 +116,7 @@ def _finish(rollout: RollingUpdate, steps: list[RolloutNode], failed: str) -> st
     summary = f"{failed} failed; rolled back: {', '.join(undone) or 'none (nothing else had changed)'}"
     if not_undone:
         ROLLOUT_STATES.move(rollout, RolloutStatus.FAILED, actor=ACTOR,
-                     reason=f"{summary}; could not roll back: {', '.join(not_undone)}")
+                            reason=f"{summary}; could not roll back: {', '.join(not_undone)}")
         return "failed"
     ROLLOUT_STATES.move(rollout, RolloutStatus.ROLLED_BACK, actor=ACTOR, reason=summary)
     return "rolled back"

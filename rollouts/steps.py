@@ -98,7 +98,7 @@ def advance_node(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBack
                              f"{settings.ROLLOUT_STEP_TIMEOUT_S} s")
         if step.state == NodeState.PENDING:
             NODE_STATES.move(step, NodeState.PREWARMING, actor=ACTOR, reason="moving its workloads elsewhere first",
-                      values={"step_started_at": now})
+                             values={"step_started_at": now})
         elif step.state == NodeState.PREWARMING:
             _prewarm(step, cluster, now)
         elif step.state == NodeState.DRAINING:
@@ -162,7 +162,7 @@ def _prewarm(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
         note_waiting(step, f"waiting for {len(waiting)} pre-warmed replica(s) to become ready")
         return
     NODE_STATES.move(step, NodeState.DRAINING, actor=ACTOR, reason=f"{len(prewarmed)} replica(s) ready elsewhere",
-              values={"step_started_at": now})
+                     values={"step_started_at": now})
 
 
 def _drain(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
@@ -210,7 +210,7 @@ def _reconfigure(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBack
     record(LABELS_SWITCHED, step, actor=ACTOR, reason=f"to {target.describe()}",
            before=step.progress["previous_labels"], after=dict(labels))
     NODE_STATES.move(step, NodeState.VERIFYING, actor=ACTOR, reason="waiting for the node to prove the new config",
-              values={"step_started_at": now})
+                     values={"step_started_at": now})
 
 
 def _verify(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) -> None:
@@ -234,13 +234,13 @@ def _verify(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) 
     sync_inventory(cluster)
     if rolling_back(step):
         NODE_STATES.move(step, NodeState.ROLLED_BACK, actor=ACTOR,
-                  reason=f"rolled back: proven at its previous config {target.describe()} (GFD labels, allocatable), "
+                         reason=f"rolled back: proven at its previous config {target.describe()} (GFD labels, allocatable), "
                          "Ready, uncordoned")
         return
     # With move_back, the workloads that left the node come home first (rollouts.move_back).
     done = NodeState.MOVING_BACK if rollout.move_back and step.progress.get("prewarmed") else NodeState.SUCCEEDED
     NODE_STATES.move(step, done, actor=ACTOR,
-              reason=f"proven at {target.describe()} (GFD labels, allocatable), Ready, uncordoned")
+                     reason=f"proven at {target.describe()} (GFD labels, allocatable), Ready, uncordoned")
 
 
 # ---- helpers -----------------------------------------------------------------------------------
