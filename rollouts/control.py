@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lifecycle.errors import Conflict
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend
 from nodes.sharing.node_config import NodeConfig
@@ -33,8 +34,9 @@ ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 assert all(set(allowed) <= set(ROLLOUT_FROM[to]) for to, allowed in ACTIONS.values())
 
 
-class NotAllowed(Exception):
-    """The rollout's status does not allow the action; the message says so."""
+class NotAllowed(Conflict):
+    """The rollout's status (``status``, in the answer) does not allow the action, or it is not
+    safe to start now (409); the message says why."""
 
 
 def act(rollout: RollingUpdate, action: str, *, actor: Any = None,
@@ -45,7 +47,7 @@ def act(rollout: RollingUpdate, action: str, *, actor: Any = None,
         raise ValueError(f"unknown action {action!r}")
     to, allowed = ACTIONS[action]
     if rollout.status not in allowed:
-        raise NotAllowed(_refusal(action, rollout.status, allowed))
+        raise NotAllowed(_refusal(action, rollout.status, allowed), status=rollout.status)
     if action == "start":
         _check_still_safe(rollout, cluster)
     reason = f"{action} by {getattr(actor, 'username', actor) or 'system'}"
@@ -55,7 +57,7 @@ def act(rollout: RollingUpdate, action: str, *, actor: Any = None,
             reason += f"; restored {', '.join(restored)}"
     if not _move(rollout, to, allowed, actor, reason):
         rollout.refresh_from_db()
-        raise NotAllowed(_refusal(action, rollout.status, allowed))
+        raise NotAllowed(_refusal(action, rollout.status, allowed), status=rollout.status)
     rollout.refresh_from_db()
     return rollout
 
@@ -77,7 +79,7 @@ def _check_still_safe(rollout: RollingUpdate, cluster: ClusterBackend | None) ->
     shown = preview(names, config, strategy=rollout.strategy, max_unavailable=rollout.max_unavailable,
                     rollout_id=rollout.pk, cluster=cluster)
     if shown.blockers:
-        raise NotAllowed(f"Not safe to start now: {'; '.join(shown.blockers)}.")
+        raise NotAllowed(f"Not safe to start now: {'; '.join(shown.blockers)}.", status=rollout.status)
 
 
 def _refusal(action: str, status: str, allowed: tuple[str, ...]) -> str:
