@@ -7,7 +7,6 @@ exception handler answers).
 """
 from __future__ import annotations
 
-import django_filters
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
@@ -19,22 +18,11 @@ from rest_framework.viewsets import GenericViewSet
 from consolidation.analysis import analyse
 from consolidation.api.serializers import ConsolidationPlanSerializer, RejectSerializer
 from consolidation.approval import approve, reject
-from consolidation.choices import PlanStatus
+from consolidation.filtersets import PlanFilterSet
 from consolidation.models import ConsolidationPlan
 from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import ADMIN
 from gpuplane.strict_input import NoFieldsSerializer, StrictQueryParametersMixin
-
-
-class PlanFilterSet(django_filters.FilterSet):
-    """`?status=` (repeatable; an unknown status is a 400)."""
-
-    status = django_filters.MultipleChoiceFilter(choices=PlanStatus.choices())
-
-    class Meta:
-        model = ConsolidationPlan
-        fields = ["status"]
-
 
 _CONFLICT = OpenApiResponse(description="Not proposed any more, or expired (detail says why)")
 

@@ -10,7 +10,6 @@ exception handler: no try/except here.
 """
 from __future__ import annotations
 
-import django_filters
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
@@ -29,21 +28,11 @@ from rollouts.api.serializers import (
     RolloutPreviewSerializer,
     RolloutRefusedSerializer,
 )
-from rollouts.choices import RolloutStatus
 from rollouts.control import act
 from rollouts.creating import RolloutRequest, create_rollout, validate_request
 from rollouts.events import EVENT_LIMIT, rollout_events
+from rollouts.filtersets import RolloutFilterSet
 from rollouts.models import RollingUpdate
-
-
-class RolloutFilterSet(django_filters.FilterSet):
-    """`?status=` (repeatable; an unknown status is a 400)."""
-
-    status = django_filters.MultipleChoiceFilter(choices=RolloutStatus.choices())
-
-    class Meta:
-        model = RollingUpdate
-        fields = ["status"]
 
 
 class RollingUpdateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, StrictQueryParametersMixin, GenericViewSet):

@@ -9,8 +9,6 @@ viewer role, deploying and deleting the operator role.
 """
 from __future__ import annotations
 
-import django_filters
-from django.core.validators import ProhibitNullCharactersValidator
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
@@ -30,24 +28,13 @@ from scheduler.api.serializers import (
     ErrorSerializer,
     NoCapacitySerializer,
 )
-from scheduler.choices import DeploymentStatus
+from scheduler.filtersets import DeploymentFilterSet
 from scheduler.models import Deployment, Placement
-
-
-class DeploymentAPIFilterSet(django_filters.FilterSet):
-    """`?status=` (repeatable; an unknown status is a 400) and `?namespace=` (exact)."""
-
-    status = django_filters.MultipleChoiceFilter(choices=DeploymentStatus.choices())
-    namespace = django_filters.CharFilter(validators=[ProhibitNullCharactersValidator()])
-
-    class Meta:
-        model = Deployment
-        fields = ["status", "namespace"]
 
 
 class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, StrictQueryParametersMixin, GenericViewSet):
     serializer_class = DeploymentSerializer
-    filterset_class = DeploymentAPIFilterSet
+    filterset_class = DeploymentFilterSet
     write_role = OPERATOR
     lookup_value_regex = r"[0-9]+"
     ordering_fields = ["created_at", "name", "namespace", "status"]
