@@ -244,6 +244,7 @@ def test_each_entrypoint_of_the_image_starts(layout, transactional_db):
 
         wait_for(worker_log, r"celery@\S+ ready", worker)
         wait_for(worker_log, r"Connected to redis://", worker)
+        touched_at_ready = os.stat(alive + "worker").st_mtime
         # Beat sends the 5-second reconcile tick to the broker; the worker (on another queue) leaves it there.
         wait_for(beat_log, r"Sending due task", beat)
         import redis
@@ -251,6 +252,11 @@ def test_each_entrypoint_of_the_image_starts(layout, transactional_db):
         client = redis.Redis.from_url(os.environ["REDIS_URL"])
         assert client.llen(f"{prefix}celery") >= 1
         client.close()
+        # The loops keep touching their files (the worker every 2 s heartbeat), not only at start.
+        deadline = time.monotonic() + 10
+        while os.stat(alive + "worker").st_mtime == touched_at_ready and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert os.stat(alive + "worker").st_mtime > touched_at_ready, "the worker's heartbeat does not touch its file"
         for role in ("worker", "beat"):
             assert subprocess.run([sys.executable, "-m", "gpuplane.liveness", alive + role, "60"],
                                   env=env, cwd=layout.app).returncode == 0, role
