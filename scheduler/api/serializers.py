@@ -78,7 +78,8 @@ class MemoryGBField(StrictFloatField):
 
 
 @extend_schema_field({
-    "oneOf": [{"type": "string", "pattern": services.QUANTITY_PATTERN}, {"type": "number", "minimum": 0, "exclusiveMinimum": True}],
+    "oneOf": [{"type": "string", "pattern": services.QUANTITY_PATTERN},
+              {"type": "number", "minimum": 0, "exclusiveMinimum": True}],
     "description": 'A Kubernetes quantity: "8", "500m" (CPU), "64Gi", "512Mi" (memory); a number is cores (CPU) '
                    "or bytes (memory), as in Kubernetes.",
 })

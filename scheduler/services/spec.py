@@ -42,7 +42,8 @@ _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 DNS_LABEL_PATTERN = _DNS_LABEL.pattern
 LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"  # empty, or a label name
 # A Kubernetes quantity (nodes.quantities): a decimal number, an optional exponent, a suffix.
-QUANTITY_PATTERN = r"^[+]?[0-9.]+([eE][+-]?[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+QUANTITY_PATTERN = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+_QUANTITY_TEXT = re.compile(QUANTITY_PATTERN)
 TEXT_PATTERN = (
     r"^[^\x00-\x1f\x7f]*"
     r"[^\x00-\x20\x7f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
@@ -124,24 +125,38 @@ def _check_int(errors: dict[str, list[str]], name: str, value: Any, low: int, hi
         errors[name].append(f"Enter a whole number from {low} to {high}.")
 
 
-def _check_quantity(errors: dict[str, list[str]], name: str, value: Any, convert: Callable[[Any], int],
-                    most: int, show: Callable[[int], str]) -> None:
-    """A CPU or memory quantity: a Kubernetes quantity string (or a number: cores, bytes), > 0 and
-    at most ``most`` (in the converted unit). None is fine: the workload type's default applies."""
+def host_quantity_errors(cpu: Any, memory: Any) -> dict[str, list[str]]:
+    """Why ``cpu`` / ``memory`` are not valid quantities for a replica's pod ({} when they are).
+
+    Each is None (the workload type's default applies), a Kubernetes quantity string
+    (``QUANTITY_PATTERN``, no surrounding space) or a number (cores, bytes), greater than 0 and at
+    most ``MAX_CPU_MILLI`` / ``MAX_HOST_MEMORY_MIB`` once converted (rounded up)."""
+    errors: dict[str, list[str]] = {}
+    for name, value, convert, most, show in (
+            ("cpu", cpu, quantities.cpu_milli, MAX_CPU_MILLI, quantities.format_cpu),
+            ("memory", memory, quantities.memory_mib, MAX_HOST_MEMORY_MIB, quantities.format_memory)):
+        message = _quantity_error(value, convert, most, show)
+        if message:
+            errors[name] = [message]
+    return errors
+
+
+def _quantity_error(value: Any, convert: Callable[[Any], int], most: int, show: Callable[[int], str]) -> str:
     if value is None:
-        return
+        return ""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        errors[name].append('Enter a Kubernetes quantity, e.g. "8", "500m", "64Gi".')
-        return
+        return 'Enter a Kubernetes quantity, e.g. "8", "500m", "64Gi".'
     try:
+        if isinstance(value, str) and not _QUANTITY_TEXT.match(value):
+            raise quantities.QuantityError(value)
         amount = convert(value)
     except (quantities.QuantityError, ArithmeticError):
-        errors[name].append(f'{value!r} is not a Kubernetes quantity: enter e.g. "8", "500m", "64Gi".')
-        return
+        return f'{value!r} is not a Kubernetes quantity: enter e.g. "8", "500m", "64Gi".'
     if amount <= 0:
-        errors[name].append("Enter a quantity greater than 0.")
-    elif amount > most:
-        errors[name].append(f"Enter at most {show(most)}.")
+        return "Enter a quantity greater than 0."
+    if amount > most:
+        return f"Enter at most {show(most)}."
+    return ""
 
 
 def label_errors(labels: Any) -> list[str]:
@@ -211,8 +226,8 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
         if not isinstance(getattr(spec, name), bool):
             errors[name].append("Enter true or false.")
     errors["labels"].extend(label_errors(spec.labels))
-    _check_quantity(errors, "cpu", spec.cpu, quantities.cpu_milli, MAX_CPU_MILLI, quantities.format_cpu)
-    _check_quantity(errors, "memory", spec.memory, quantities.memory_mib, MAX_HOST_MEMORY_MIB, quantities.format_memory)
+    for name, messages in host_quantity_errors(spec.cpu, spec.memory).items():
+        errors[name].extend(messages)
     if not errors["gpu_count"] and not errors["sharing"]:
         share_percent = None if errors["share_percent"] else spec.share_percent
         for name, message in cross_field_errors(spec.gpu_count, spec.sharing, share_percent).items():

@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from gpuplane.roles import ADMIN
 from gpuplane.wsgi import application
 from scheduler.services import label_errors
-from scheduler.services.spec import cross_field_errors
+from scheduler.services.spec import cross_field_errors, host_quantity_errors
 from tests.conftest import PASSWORD
 
 # Enough to reach each parameter's edges (0, negatives, empty strings) on every operation while
@@ -71,6 +71,9 @@ def follows_cross_field_rules(case) -> bool:
     if case.operation.label == "POST /api/v1/deployments/":
         gpu_count, sharing, share_percent = body.get("gpu_count", 1), body.get("sharing", "auto"), body.get("share_percent")
         if cross_field_errors(gpu_count, sharing, share_percent):
+            return False
+        # A quantity's bounds (1,024 cores, 16 Ti) are not a pattern's to state.
+        if host_quantity_errors(body.get("cpu"), body.get("memory")):
             return False
         # Label keys: OpenAPI 3.0 has no propertyNames; the API's own rule decides.
         return not label_errors(body.get("labels", {}))
