@@ -16,7 +16,10 @@ What it does, on a database of its own (never the test suite's `test` / `test_te
    threads, each a one-GPU exclusive inference deployment under a fresh name: HTTP -> validation
    -> snapshot -> decision -> reservation -> simulated cluster;
 5. checks the database afterwards: a GPU whose counters or held partitions exceed its capacity, or
-   a partition held twice, is an over-allocation.
+   a partition held twice, is an over-allocation;
+6. reports the CPU that gunicorn and the PostgreSQL backends spent per deploy (from /proc), which
+   does not depend on what else runs on the machine: latencies on a loaded machine are a multiple
+   of it, on a quiet one close to it plus the waits (round trips, commits).
 
 Latencies are client-side wall times of whole HTTP requests; deploys/s counts 201 answers only.
 """
@@ -42,6 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/gpuplane_bench"
+# After the first deploy, the web workers' warmers build their snapshots; then the server's idle
+# CPU is measured over a window of its own (see `server_cpu_s`).
+IDLE_SETTLE_S = 3.0
+IDLE_WINDOW_S = 3.0
 # The test suite's databases: a benchmark that dropped one would break every running test.
 FORBIDDEN_DATABASES = {"test", "test_test", "postgres", "template0", "template1"}
 
@@ -188,6 +195,34 @@ def run_concurrent(port: int, token: str, count: int, clients: int) -> tuple[lis
     return [result for client in workers for result in client.results], time.perf_counter() - started
 
 
+def server_cpu_s(web: subprocess.Popen[bytes]) -> tuple[float, float]:
+    """CPU seconds used so far by gunicorn (its process group) and by the database's backends of
+    this run (PostgreSQL on this machine; 0 elsewhere): what deploys cost whatever the wait."""
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    backends: set[int] = set()
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND pid <> pg_backend_pid()")
+            backends = {row[0] for row in cursor.fetchall()}
+    web_ticks = database_ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # fields[2] is the process group; [11], [12] user and system ticks (stat(5), after the name).
+        if int(fields[2]) == web.pid:
+            web_ticks += int(fields[11]) + int(fields[12])
+        elif pid in backends:
+            database_ticks += int(fields[11]) + int(fields[12])
+    return web_ticks / tick, database_ticks / tick
+
+
 def over_allocations() -> int:
     """GPUs whose counters or held partitions exceed the GPU, plus partitions with two holders."""
     from collections import Counter, defaultdict
@@ -255,8 +290,21 @@ def main() -> None:
     token = prepare(args)
     web = start_web(args.port)
     try:
+        # What the server burns while idle (the snapshot warmers' first builds, then their
+        # periodic catch-up) is measured apart and taken off the per-deploy CPU.
+        Client(args.port, token).deploy("boot-warm-up")
+        time.sleep(IDLE_SETTLE_S)
+        idle_started, idle_cpu = time.perf_counter(), sum(server_cpu_s(web))
+        time.sleep(IDLE_WINDOW_S)
+        cpu_before = server_cpu_s(web)
+        idle_rate = (sum(cpu_before) - idle_cpu) / (time.perf_counter() - idle_started)
         sequential, sequential_s = run_sequential(args.port, token, args.requests)
+        cpu_between = server_cpu_s(web)
         concurrent, concurrent_s = run_concurrent(args.port, token, args.concurrent_requests, args.clients)
+        cpu_after = server_cpu_s(web)
+        sequential_cpu = sum(cpu_between) - sum(cpu_before) - idle_rate * sequential_s
+        concurrent_cpu = sum(cpu_after) - sum(cpu_between) - idle_rate * concurrent_s
+        concurrent_database_cpu = cpu_after[1] - cpu_between[1]
     finally:
         stop_web(web)
     from django.db import connection
@@ -275,6 +323,12 @@ def main() -> None:
         "concurrent_p50_ms": con["p50_ms"],
         "concurrent_p99_ms": con["p99_ms"],
         "concurrent_failed": con["failed"],
+        "concurrent_statuses": sorted({status for _, status in concurrent if status != 201}),
+        # Server CPU (gunicorn and PostgreSQL backends) per deploy: the machine's speed, not its load.
+        "sequential_cpu_ms_per_deploy": round(1000 * sequential_cpu / max(len(sequential), 1), 1),
+        "concurrent_cpu_ms_per_deploy": round(1000 * concurrent_cpu / max(len(concurrent), 1), 1),
+        "concurrent_database_cpu_ms_per_deploy": round(1000 * concurrent_database_cpu / max(len(concurrent), 1), 1),
+        "idle_server_cpu_pct": round(100 * idle_rate, 1),
         "over_allocations": over_allocations(),
         "state_file_mb": round((var_dir / "simulated-cluster.json").stat().st_size / 1e6, 1),
         "python": platform.python_version(),
