@@ -74,7 +74,8 @@ def class_usable(gpu_count: np.ndarray, cpu: np.ndarray, access: np.ndarray | No
     # CPU (one comparison per node when no class asks for CPU).
     cpu_ok = cpu_left >= cpu[k] if cpu.any() else cpu_left >= 0
     runs = (host_count >= gpu_count[k]) & cpu_ok
-    runs &= (gpu_count > 0)[k]
+    if not gpu_count.all():  # CPU-only classes run nowhere GPUs count
+        runs &= (gpu_count > 0)[k]
     if access is not None:
         runs &= access
     if cpu_bounded and cpu.any():

@@ -103,9 +103,12 @@ class NodeFragmentation:
         # Model id 0 is "unknown": no class runs there, but no node of it is ever feasible either.
         self.any_model = bool(access_by_model[:, 1:].all())
         size = len(snapshot)
-        # int32: milli-GPU and GPU counts are small, and half the bytes to gather per cycle.
-        self.count = np.zeros((len(table.weight), size), dtype=np.int32)
-        self.hosted = np.zeros((len(table.weight), size), dtype=np.int32)
+        classes = len(table.weight)
+        # Per class and node, the hosting GPUs (rows 0..K-1) and their free milli (K..2K-1), in one
+        # int32 block: a cycle gathers its candidates' columns in one take, half the bytes of int64.
+        self.sums = np.zeros((2 * classes, size), dtype=np.int32)
+        self.count, self.hosted = self.sums[:classes], self.sums[classes:]
+        self.need = np.maximum(table.milli, 1).astype(np.int32)[:, None]
         self.total = np.zeros(size, dtype=np.int64)
         self.frag = np.zeros(size, dtype=np.float64)
         self.seen = np.full(size, -1, dtype=np.int64)
@@ -129,10 +132,9 @@ class NodeFragmentation:
         stale = np.flatnonzero(snapshot.row_version != self.seen)
         if not len(stale):
             return
-        free = snapshot.gpu_free_milli.take(stale, axis=0).astype(np.int64)
+        free = snapshot.gpu_free_milli.take(stale, axis=0)
         unit = snapshot.gpu_max_unit_milli.take(stale, axis=0)
-        need = np.maximum(self.table.milli, 1)[:, None, None]
-        hosts = unit[None, :, :] >= need  # (K, S, G)
+        hosts = unit[None, :, :] >= self.need[:, :, None]  # (K, S, G)
         self.count[:, stale] = hosts.sum(axis=2)
         self.hosted[:, stale] = (hosts * free[None]).sum(axis=2)
         self.total[stale] = free.sum(axis=1)
@@ -154,14 +156,14 @@ class NodeFragmentation:
         ``new`` (per node) and ``cpu_taken`` of its CPU is held."""
         old_free, old_unit = old
         new_free, new_unit = new
-        need = np.maximum(self.table.milli, 1)[:, None]
-        host_before = old_unit[None, :] >= need
-        host_after = new_unit[None, :] >= need
-        count = self.count.take(nodes, axis=1)
+        host_before = old_unit >= self.need
+        host_after = new_unit >= self.need
+        sums = self.sums.take(nodes, axis=1)
+        classes = len(self.need)
+        count, hosted = sums[:classes], sums[classes:]
         count -= host_before
         count += host_after
         # Products rather than masked ufuncs (``where=``), which are several times slower.
-        hosted = self.hosted.take(nodes, axis=1)
         hosted -= host_before * old_free.astype(np.int32, copy=False)
         hosted += host_after * new_free.astype(np.int32, copy=False)
         total = (self.total.take(nodes) - old_free + new_free)[None, :]

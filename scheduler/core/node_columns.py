@@ -230,7 +230,7 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
         offers.setdefault((SHARE_MILLI_FULL, max(whole_memory), _KIND_EXCLUSIVE, -1), first_whole)
     if slot_memory and mode == SharingMode.MPS:
         offers.setdefault((min(slot_share, max(slot_shares)), max(slot_memory), _KIND_MPS, -1), mps_gpu[1])
-    ordered = sorted((*unit, gpu) for unit, gpu in offers.items())
+    ordered = [(*unit, gpu) for unit, gpu in offers.items()]
     ordered.sort(key=lambda o: (o[0], o[1], _KIND_RANK_WHOLE_FIRST.get(o[2], 1), o[3], o[4]))
     count = len(node.gpus)
     load = load_sum / count if count else 0.0

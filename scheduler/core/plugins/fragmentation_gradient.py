@@ -34,10 +34,24 @@ _SQUASH = 100.0  # FGD's score: 100 x sigmoid(gradient / 1000 milli-GPU), trunca
 _SLOT_SHARE = np.array([SHARE_MILLI_FULL] + [SHARE_MILLI_FULL // r for r in range(1, 65)], dtype=np.int64)
 
 
-def squash(raw: np.ndarray) -> np.ndarray:
-    """FGD's score of gradients in milli-GPU: floor(100 / (1 + e^(-raw / 1000))), 0..100."""
+def _squash(raw: np.ndarray) -> np.ndarray:
     exponent = np.clip(-np.asarray(raw, dtype=np.float64) / 1000.0, -700.0, 700.0)  # e^710 overflows
     return (_SQUASH / (1.0 + np.exp(exponent))).astype(np.int64)
+
+
+# Gradients this far from 0 score 0 or 100 (100 x sigmoid(+-12) truncates to 99 / 0 only
+# beyond); within, a table read replaces an exponential per node.
+_SQUASH_REACH = 12000
+_SQUASH_TABLE = _squash(np.arange(-_SQUASH_REACH, _SQUASH_REACH + 1))
+
+
+def squash(raw: np.ndarray) -> np.ndarray:
+    """FGD's score of gradients in milli-GPU: floor(100 / (1 + e^(-raw / 1000))), 0..100."""
+    raw = np.asarray(raw, dtype=np.int64)
+    inside = _SQUASH_TABLE.take(np.clip(raw, -_SQUASH_REACH, _SQUASH_REACH) + _SQUASH_REACH)
+    if len(raw) and (np.abs(raw) > _SQUASH_REACH).any():
+        return np.where(np.abs(raw) > _SQUASH_REACH, _squash(raw), inside)
+    return inside
 
 
 class FragmentationGradient(ScorePlugin):
