@@ -234,6 +234,7 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
     ordered.sort(key=lambda o: (o[0], o[1], _KIND_RANK_WHOLE_FIRST.get(o[2], 1), o[3], o[4]))
     count = len(node.gpus)
     load = load_sum / count if count else 0.0
+    cpu_free, memory_free = node.cpu_free_milli, node.memory_free_mib
     return NodeRow(
         ints={
             "model_id": model_id,
@@ -255,8 +256,8 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
             "tdp_w": int(models.tdp_w[model_id]),
             "milli_tflops_per_w": int(models.milli_tflops_per_w[model_id]),
             "unloaded_pct": min(max(math.floor(100.0 - load), 0), 100),
-            "cpu_free_milli": UNKNOWN_HOST_FREE if node.cpu_free_milli is None else node.cpu_free_milli,
-            "host_memory_free_mib": UNKNOWN_HOST_FREE if node.memory_free_mib is None else node.memory_free_mib,
+            "cpu_free_milli": UNKNOWN_HOST_FREE if cpu_free is None else cpu_free,
+            "host_memory_free_mib": UNKNOWN_HOST_FREE if memory_free is None else memory_free,
         },
         floats={
             "util_pct": util_sum / util_count if util_count else 0.0,

@@ -285,7 +285,7 @@ class ClusterSnapshot:
         self.gpu_mig_free[i] = 0
         if count:
             self.gpu_mig_free[i, :count] = row.gpu_mig_free
-        self.mig_free[i] = [sum(c[r] for c in row.gpu_mig_free) for r in range(MIG_PROFILE_ROWS)]
+        self.mig_free[i] = self.gpu_mig_free[i].sum(axis=0)  # one numpy sum, not a Python one per profile
 
     # ---- changes ---------------------------------------------------------------------------
 
