@@ -14,9 +14,10 @@ from scheduler.core.decision import ScheduleResult
 from scheduler.core.types import Priority, SharingRequest, WorkloadType
 from tests.scheduler.core.builders import A100, H100, make_node, occupy, request
 
-# A100-40GB profiles (MiB): 1g.5gb 5120, 1g.10gb 10240, 2g.10gb 10240, 3g.20gb 20480, 4g.20gb 20480.
+# Instance memory as NVML reports it (nodes.catalog), MiB.
+# A100-40GB: 1g.5gb 4864, 1g.10gb 9856, 2g.10gb 9856, 3g.20gb 19968, 4g.20gb 19968.
 A100_LAYOUT = {"1g.5gb": 1, "2g.10gb": 1, "3g.20gb": 1}
-# H100-80GB (81559 MiB): 1g.10gb 10194, 1g.20gb 20389, 2g.20gb 20389, 3g.40gb 40779, 4g.40gb 40779.
+# H100-80GB (81559 MiB board): 1g.10gb 9984, 1g.20gb 20096, 2g.20gb 20096, 3g.40gb 40448, 4g.40gb 40448.
 H100_LAYOUT = {"1g.10gb": 1, "2g.20gb": 1, "4g.40gb": 1}
 
 
@@ -32,15 +33,18 @@ def _mig(model: str, layout: dict[str, int]) -> NodeState:
     ("model", "layout", "memory_gib", "profile"),
     [
         # A100-40GB: the smallest instance whose memory fits, whatever the class's share.
-        (A100, A100_LAYOUT, 2, "1g.5gb"),  # tiny: 2048 <= 5120
-        (A100, A100_LAYOUT, 8, "2g.10gb"),  # medium: 8192 > 5120, <= 10240
-        (A100, A100_LAYOUT, 16, "3g.20gb"),  # 16384 <= 20480 (the old 50 % rule refused 3g: 428 < 500)
+        (A100, A100_LAYOUT, 2, "1g.5gb"),  # tiny: 2048 <= 4864
+        (A100, A100_LAYOUT, 8, "2g.10gb"),  # medium: 8192 > 4864, <= 9856
+        (A100, A100_LAYOUT, 16, "3g.20gb"),  # 16384 <= 19968 (the old 50 % rule refused 3g: 428 < 500)
         (A100, {"3g.20gb": 2}, 8, "3g.20gb"),  # only 3g instances free: 8 GB fits one
         (A100, {"1g.10gb": 1, "4g.20gb": 1}, 8, "1g.10gb"),  # 1 compute slice is enough for 8 GB
         # H100-80GB: the example, 8 GB took a 4g.40gb while 1g.10gb and 2g.20gb were free.
-        (H100, H100_LAYOUT, 8, "1g.10gb"),  # 8192 <= 10194
-        (H100, H100_LAYOUT, 12, "2g.20gb"),  # 12288 > 10194, <= 20389
-        (H100, H100_LAYOUT, 30, "4g.40gb"),  # large, explicit mig: 30720 <= 40779
+        (H100, H100_LAYOUT, 8, "1g.10gb"),  # 8192 <= 9984
+        (H100, H100_LAYOUT, 12, "2g.20gb"),  # 12288 > 9984, <= 20096
+        # 9.8 GB is 9.8 * 1024 = 10035 MiB: more than a real 1g.10gb holds (9984), though less
+        # than the profile's share of the board (81559 // 8 = 10194) that the catalog once said.
+        (H100, H100_LAYOUT, 9.8, "2g.20gb"),
+        (H100, H100_LAYOUT, 30, "4g.40gb"),  # large, explicit mig: 30720 <= 40448
         (H100, {"1g.20gb": 1, "2g.20gb": 1, "3g.40gb": 1}, 12, "1g.20gb"),  # 1g.20gb before 2g.20gb
     ],
 )
