@@ -67,8 +67,15 @@ class GPU(models.Model):
     # Latest telemetry; null until a collector reports.
     utilization_pct = models.FloatField(null=True, blank=True)
     memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
+    memory_reserved_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Memory the driver and firmware reserve (NVML memory info v2), apart from used"
+    )
     power_w = models.FloatField(null=True, blank=True)
+    power_limit_w = models.FloatField(null=True, blank=True, help_text="Enforced power limit, watts")
     temperature_c = models.FloatField(null=True, blank=True)
+    processes = models.JSONField(
+        null=True, blank=True, help_text="Compute processes of the latest sample: [[pid, used MiB or null], ...]"
+    )
     sampled_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -148,7 +155,9 @@ class GPUSample(models.Model):
     utilization_pct = models.FloatField(null=True, blank=True)
     memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
     memory_total_mib = models.PositiveIntegerField(null=True, blank=True)
+    memory_reserved_mib = models.PositiveIntegerField(null=True, blank=True)
     power_w = models.FloatField(null=True, blank=True)
+    power_limit_w = models.FloatField(null=True, blank=True)
     temperature_c = models.FloatField(null=True, blank=True)
     sm_clock_mhz = models.PositiveIntegerField(null=True, blank=True)
     source = models.CharField(max_length=16, blank=True, help_text="nvml | dcgm | simulated | agent")

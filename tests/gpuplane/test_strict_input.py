@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from consolidation.models import ConsolidationPlan
 from gpuplane.strict_input import RejectUnknownFieldsMixin, StrictIntegerField
-from nodes.api import telemetry
+from nodes.api import telemetry_schema as telemetry
 from nodes.models import GPU, Node
 from rollouts.models import RollingUpdate
 from scheduler.api.serializers import DeploymentCreateSerializer
