@@ -50,8 +50,10 @@ class FakeGPU:
     uuid: str
     index: int
     utilization: int | None = 0
-    memory_used_mib: int = 0
+    memory_used_mib: int = 0  # as version 2 reports it: without the reserved memory
     memory_total_mib: int = 81559
+    memory_reserved_mib: int = 480
+    name: bytes | str = "NVIDIA H100 80GB HBM3"
     power_mw: int | None = 100_000
     power_limit_mw: int | None = 700_000
     temperature_c: int = 40
@@ -67,9 +69,10 @@ class FakeGPU:
 class FakeNVML:
     """The pynvml functions NVMLCollector uses, answering from `gpus`; counts calls per function."""
 
-    def __init__(self, gpus: list[FakeGPU], init_error: int | None = None) -> None:
+    def __init__(self, gpus: list[FakeGPU], init_error: int | None = None, memory_v2: bool = True) -> None:
         self.gpus = gpus
         self.init_error = init_error
+        self.memory_v2 = memory_v2  # False: a driver before nvmlDeviceGetMemoryInfo_v2
         self.initialised = 0
         self.calls: dict[str, int] = {}
 
@@ -135,15 +138,26 @@ class FakeNVML:
             raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return SimpleNamespace(gpu=gpu.utilization, memory=gpu.utilization // 2)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> SimpleNamespace:
+    def nvmlDeviceGetName(self, handle: Any) -> bytes | str:
+        return self._gpu(handle, "nvmlDeviceGetName").name
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> SimpleNamespace:
+        if version is not None:
+            # pynvml looks the _v2 function up in the driver: FUNCTION_NOT_FOUND on an old one.
+            assert version == pynvml.nvmlMemory_v2
+            self._count("nvmlDeviceGetMemoryInfo_v2")
+            if not self.memory_v2:
+                raise nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         if isinstance(handle, FakeMIGDevice):
             self._count("nvmlDeviceGetMemoryInfo")
             total = handle.memory_total_mib * MIB
-            return SimpleNamespace(total=total, used=0, free=total)
+            return SimpleNamespace(total=total, used=0, free=total, reserved=0)
         gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
         used = gpu.memory_used_mib * MIB + 512 * 1024  # half a MiB more: MiB are rounded down
-        total = gpu.memory_total_mib * MIB
-        return SimpleNamespace(total=total, used=used, free=total - used)
+        total, reserved = gpu.memory_total_mib * MIB, gpu.memory_reserved_mib * MIB
+        if version is None:  # version 1: reserved memory counts as used
+            return SimpleNamespace(total=total, used=used + reserved, free=total - used - reserved)
+        return SimpleNamespace(version=version, total=total, reserved=reserved, used=used, free=total - used - reserved)
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         gpu = self._gpu(handle, "nvmlDeviceGetPowerUsage")
@@ -268,6 +282,8 @@ def test_it_reads_a_healthy_gpu_field_by_field(fake_nvml):
     assert reading.utilization_pct == 37.0
     assert reading.memory_used_mib == 20480  # 20480 MiB + 0.5 MiB in bytes, rounded down
     assert reading.memory_total_mib == 81559
+    assert reading.memory_reserved_mib == 480  # apart from used (memory info version 2)
+    assert reading.product == "NVIDIA H100 80GB HBM3"
     assert reading.power_w == 312.5  # 312500 mW
     assert reading.power_limit_w == 700.0
     assert reading.temperature_c == 54.0
@@ -383,3 +399,24 @@ def test_a_driver_too_old_for_the_process_query_only_loses_the_processes(fake_nv
     assert reading.processes == ()
     assert reading.missing == frozenset({"processes"})
     assert reading.utilization_pct == 37.0
+
+
+def test_a_driver_without_memory_info_v2_is_read_with_version_1_whose_used_counts_the_reserved(monkeypatch):
+    gpus = [FakeGPU(uuid="GPU-old-driver", index=0, memory_used_mib=9421, memory_reserved_mib=480, name=b"Tesla T4")]
+    nvml = FakeNVML(gpus, memory_v2=False).install(monkeypatch)
+    collector = NVMLCollector(clock=lambda: NOW)
+
+    with collector:
+        first = collector.collect()[0]
+        collector.collect()
+
+    assert first.memory_used_mib == 9901  # 9421 + 480: version 1 cannot tell them apart
+    assert first.memory_reserved_mib is None and "memory_reserved_mib" in first.missing
+    assert first.product == "Tesla T4"  # bytes from an older binding
+    assert nvml.calls["nvmlDeviceGetMemoryInfo_v2"] == 1  # asked once: the driver lacks it
+
+
+def test_reserved_memory_reaches_the_sample(fake_nvml):
+    sample = collect(fake_nvml)["GPU-h100-ok"].to_sample()
+    assert (sample.memory_used_mib, sample.memory_reserved_mib, sample.power_limit_w) == (20480, 480, 700.0)
+    assert sample.processes == ((101, 10240), (102, None))
