@@ -6,7 +6,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 
 from nodes.holds import partition_holder, with_holder_id
-from nodes.models import GPU, GPUSample, GPUSampleRollup, Node, NodeAgentToken, Partition
+from nodes.models import GPU, GPUSample, GPUSampleRollup, Node, NodeAgentToken, NodeGPUReport, Partition
 
 
 class GPUInline(admin.TabularInline):
@@ -110,6 +110,15 @@ class GPUSampleRollupAdmin(ReadOnlyAdmin):
     list_select_related = ("gpu__node",)
     ordering = ("-bucket_start",)
     show_full_result_count = False
+
+
+@admin.register(NodeGPUReport)
+class NodeGPUReportAdmin(ReadOnlyAdmin):
+    """What each node's agent last reported of its GPUs (written by the agent's API call only)."""
+
+    list_display = ("node", "revision", "applied_revision", "changed_at", "reported_at")
+    search_fields = ("node__name",)
+    list_select_related = ("node",)
 
 
 @admin.register(NodeAgentToken)

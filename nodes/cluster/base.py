@@ -18,6 +18,7 @@ class MIGDevice:
     start: int  # placement start in memory slices (0..7)
     size: int  # placement size in memory slices
     uuid: str = ""
+    memory_mib: int | None = None  # as NVML reports it (the node agent's report); None: the catalog's
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,10 @@ class GPUDevice:
     memory_mib: int
     mig_enabled: bool = False
     mig_devices: tuple[MIGDevice, ...] = ()
+    # False when `uuid` is the placeholder derived from the node name and index (nothing on the
+    # cluster or from the node agent told the real one): inventory sync never lets a placeholder
+    # replace a UUID a GPU row already has.
+    uuid_known: bool = True
 
 
 @dataclass(frozen=True)
