@@ -35,6 +35,11 @@ class Deployment(models.Model):
         help_text="Compute share per GPU the request stated, 1-100; empty: the sharing mode's own sizing rule",
     )
     enable_gpu_selection = models.BooleanField(default=True)
+    # The workload's container; empty: GPUPLANE_WORKLOAD_IMAGE, the image's entrypoint, no extra env.
+    image = models.CharField(max_length=512, blank=True, help_text="Container image; empty: GPUPLANE_WORKLOAD_IMAGE")
+    command = models.JSONField(default=list, blank=True, help_text="Container command (entrypoint); []: the image's")
+    args = models.JSONField(default=list, blank=True, help_text="Container arguments; []: the image's")
+    env = models.JSONField(default=dict, blank=True, help_text="Extra environment variables: {name: value}")
     status = models.CharField(max_length=16, choices=DeploymentStatus.choices, default=DeploymentStatus.PENDING)
     message = models.TextField(blank=True, help_text="Why the deployment failed, or the latest status change")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)

@@ -132,7 +132,8 @@ class WorkloadSpec:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     priority_class_name: str = ""
-    command: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)  # the container's entrypoint; []: the image's
+    args: list[str] = field(default_factory=list)  # its arguments; []: the image's
 
 
 class ClusterError(Exception):

@@ -26,6 +26,8 @@ def deployment_manifest(spec: WorkloadSpec) -> dict[str, Any]:
     }
     if spec.command:
         container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
     pod_spec: dict[str, Any] = {"containers": [container]}
     if spec.priority_class_name:
         pod_spec["priorityClassName"] = spec.priority_class_name

@@ -21,8 +21,9 @@ from nodes.vocabulary import MIB_PER_GB
 from scheduler import services
 from scheduler.choices import DecisionOutcome
 from scheduler.core import Priority, SharingRequest, WorkloadType
-from scheduler.label_lines import parse_labels
+from scheduler.label_lines import parse_arguments, parse_env, parse_labels
 from scheduler.models import Decision, Deployment, Placement
+from scheduler.services import container
 
 
 class _LabelLines(str):
@@ -76,6 +77,61 @@ class MemoryGBField(StrictFloatField):
     pass
 
 
+@extend_schema_field({"type": "string", "maxLength": container.IMAGE_MAX_CHARS,
+                      "pattern": f"^$|{container.IMAGE_PATTERN}"})
+class ImageField(StrictStringField):
+    pass
+
+
+NO_NULL_PATTERN = "^[^\\u0000]*$"
+
+
+@extend_schema_field({"type": "string", "maxLength": container.MAX_ARG_CHARS, "pattern": NO_NULL_PATTERN})
+class ArgumentField(StrictStringField):
+    pass
+
+
+class ArgumentsField(serializers.ListField):
+    """A container's command or arguments: a JSON list of strings (form posts: one a line)."""
+
+    child = ArgumentField(allow_blank=True, trim_whitespace=False, max_length=container.MAX_ARG_CHARS)
+
+    def get_value(self, dictionary: Any) -> Any:
+        if html.is_html_input(dictionary) and self.field_name in dictionary:
+            return parse_arguments(dictionary[self.field_name])
+        return super().get_value(dictionary)
+
+
+@extend_schema_field({
+    "type": "object", "maxProperties": container.MAX_ENV,
+    "additionalProperties": {"type": "string", "maxLength": container.ENV_VALUE_MAX_CHARS, "pattern": NO_NULL_PATTERN},
+    "description": "Extra environment variables of the container: names are C identifiers; gpuplane's own "
+                   f"({', '.join(sorted(container.RESERVED_ENV))}) are refused.",
+})
+class EnvField(serializers.DictField):
+    """Environment variables: a JSON object of names to string values (form posts: NAME=value lines)."""
+
+    child = StrictStringField(allow_blank=True, trim_whitespace=False, max_length=container.ENV_VALUE_MAX_CHARS)
+    default_error_messages = {"not_a_dict": "Enter an object of variable names to string values."}
+
+    def get_value(self, dictionary: Any) -> Any:
+        if html.is_html_input(dictionary) and self.field_name in dictionary:
+            try:
+                return parse_env(dictionary[self.field_name])
+            except ValidationError as error:
+                return _BadLines(error.messages)
+        return super().get_value(dictionary)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, _BadLines):
+            raise serializers.ValidationError(list(data))
+        return super().to_internal_value(data)
+
+
+class _BadLines(list):
+    """The messages of form-encoded `env` lines that could not be read."""
+
+
 class DeploymentCreateSerializer(StrictSerializer):
     """The body of `POST /api/v1/deployments/`."""
 
@@ -110,6 +166,19 @@ class DeploymentCreateSerializer(StrictSerializer):
         default=True,
         help_text="When no node qualifies only because of telemetry (busy GPUs), hand over to the default scheduler",
     )
+    image = ImageField(
+        required=False, default="", allow_blank=True, trim_whitespace=False, max_length=container.IMAGE_MAX_CHARS,
+        help_text="Container image of the workload; empty or omitted: the default (GPUPLANE_WORKLOAD_IMAGE)",
+    )
+    command = ArgumentsField(
+        required=False, default=list, max_length=container.MAX_ARGS,
+        help_text="The container's entrypoint, one list item per argument; empty or omitted: the image's own",
+    )
+    args = ArgumentsField(
+        required=False, default=list, max_length=container.MAX_ARGS,
+        help_text="The container's arguments; empty or omitted: the image's own",
+    )
+    env = EnvField(required=False, default=dict)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         # The domain rules, once, in the services (ValidationError keyed by these field names).
@@ -161,8 +230,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
         model = Deployment
         fields = [
             "id", "name", "model", "memory_gb", "memory_mib", "gpu_count", "replicas", "workload_type", "priority",
-            "latency_slo_ms", "namespace", "labels", "sharing", "share_percent", "enable_gpu_selection", "status",
-            "message",
+            "latency_slo_ms", "namespace", "labels", "sharing", "share_percent", "enable_gpu_selection",
+            "image", "command", "args", "env", "status", "message",
             "created_by", "created_at", "updated_at", "placed_at", "placements", "decision",
         ]
         read_only_fields = fields

@@ -51,6 +51,7 @@ def _deploy(spec: DeploySpec, *, user: Any, cluster: ClusterBackend | None,
         replicas=spec.replicas, workload_type=spec.workload_type, priority=spec.priority,
         latency_slo_ms=spec.latency_slo_ms, namespace=spec.namespace, labels=dict(spec.labels),
         sharing=spec.sharing, share_percent=spec.share_percent, enable_gpu_selection=spec.enable_gpu_selection,
+        image=spec.image, command=list(spec.command), args=list(spec.args), env=dict(spec.env),
         status=DeploymentStatus.PENDING,
         created_by=user if getattr(user, "is_authenticated", False) else None,
     )

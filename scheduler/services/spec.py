@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -15,6 +15,7 @@ from nodes.contract import RESERVED_LABEL_KEYS, RESERVED_LABEL_PREFIX
 from nodes.vocabulary import MIB_PER_GB
 from scheduler.core import Priority, SharingRequest, WorkloadType
 from scheduler.models import Deployment
+from scheduler.services.container import arguments_errors, env_errors, image_errors
 
 MAX_MEMORY_GB = 4096
 MAX_GPU_COUNT = 16  # the largest GPU nodes have 16; a gang must fit on one node
@@ -53,6 +54,11 @@ class DeploySpec:
     share_percent: int | None = None
     enable_gpu_selection: bool = True
     allow_default_scheduler: bool = True
+    # The workload's container (scheduler.services.container): "" / empty = gpuplane's defaults.
+    image: str = ""
+    command: Sequence[str] = ()
+    args: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def memory_mib(self) -> int:
@@ -130,7 +136,8 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
     ``latency_slo_ms`` empty or 1-86,400,000; ``share_percent`` empty (the sharing mode sizes the
     replica by its own rule) or 1-100, and below 100 only for a single-GPU replica that may share
     (not ``exclusive``); the choice fields one of their values; ``labels``
-    valid Kubernetes labels (``label_errors``). A multi-GPU replica takes whole GPUs, so only
+    valid Kubernetes labels (``label_errors``); ``image``, ``command``, ``args`` and ``env`` what
+    a container may be given (``scheduler.services.container``). A multi-GPU replica takes whole GPUs, so only
     ``auto`` and ``exclusive`` sharing go with ``gpu_count`` > 1 (time-slicing especially: its
     replicas may land on one physical GPU).
     """
@@ -157,6 +164,10 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
         if not isinstance(getattr(spec, name), bool):
             errors[name].append("Enter true or false.")
     errors["labels"].extend(label_errors(spec.labels))
+    errors["image"].extend(image_errors(spec.image))
+    errors["command"].extend(arguments_errors(spec.command))
+    errors["args"].extend(arguments_errors(spec.args))
+    errors["env"].extend(env_errors(spec.env))
     if not errors["gpu_count"] and not errors["sharing"]:
         share_percent = None if errors["share_percent"] else spec.share_percent
         for name, message in cross_field_errors(spec.gpu_count, spec.sharing, share_percent).items():
@@ -164,7 +175,10 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
     found = {name: messages for name, messages in errors.items() if messages}
     if found:
         raise ValidationError(found)
-    return replace(spec, memory_gb=float(memory), labels=dict(spec.labels))
+    return replace(
+        spec, memory_gb=float(memory), labels=dict(spec.labels), command=list(spec.command), args=list(spec.args),
+        env=dict(spec.env),
+    )
 
 
 def cross_field_errors(gpu_count: int, sharing: str, share_percent: int | None) -> dict[str, str]:
@@ -192,5 +206,6 @@ def spec_of(deployment: Deployment) -> DeploySpec:
         gpu_count=deployment.gpu_count, replicas=deployment.replicas, workload_type=deployment.workload_type,
         priority=deployment.priority, latency_slo_ms=deployment.latency_slo_ms, namespace=deployment.namespace,
         labels=dict(deployment.labels or {}), sharing=deployment.sharing, share_percent=deployment.share_percent,
-        enable_gpu_selection=deployment.enable_gpu_selection,
+        enable_gpu_selection=deployment.enable_gpu_selection, image=deployment.image,
+        command=list(deployment.command or []), args=list(deployment.args or []), env=dict(deployment.env or {}),
     )

@@ -26,6 +26,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from gpuplane.roles import ADMIN
 from gpuplane.wsgi import application
 from scheduler.services import label_errors
+from scheduler.services.container import env_errors
 from scheduler.services.spec import cross_field_errors
 from tests.conftest import PASSWORD
 
@@ -72,8 +73,8 @@ def follows_cross_field_rules(case) -> bool:
         gpu_count, sharing, share_percent = body.get("gpu_count", 1), body.get("sharing", "auto"), body.get("share_percent")
         if cross_field_errors(gpu_count, sharing, share_percent):
             return False
-        # Label keys: OpenAPI 3.0 has no propertyNames; the API's own rule decides.
-        return not label_errors(body.get("labels", {}))
+        # Label keys and env names: OpenAPI 3.0 has no propertyNames; the API's own rule decides.
+        return not label_errors(body.get("labels", {})) and not env_errors(body.get("env", {}))
     return True
 
 
