@@ -88,7 +88,7 @@ def ingest_samples(
         if bad:
             names = [str(i) for i in indexes] if indexes is not None else [str(i) for i in range(len(samples))]
             samples = [sample for sample, name in zip(samples, names, strict=True) if name not in bad]
-        written = write_samples(samples, gpus, source)
+        written = write_samples(samples, gpus, source, copy=False)
     else:
         written = IngestResult(stored=0, duplicates=0)
     retry = tuple(sorted(int(index) for index, problems in errors.items() if unknown_gpu_only(problems)))
@@ -96,7 +96,9 @@ def ingest_samples(
     return IngestResult(stored=written.stored, duplicates=written.duplicates, errors=ordered, retry=retry)
 
 
-def write_samples(samples: Sequence[SampleIn], gpus: Mapping[str, ResolvedGPU], source: str) -> IngestResult:
+def write_samples(
+    samples: Sequence[SampleIn], gpus: Mapping[str, ResolvedGPU], source: str, *, copy: bool = True
+) -> IngestResult:
     """Write samples already validated against `gpus` (every UUID among them); one transaction.
 
     One INSERT per INSERT_CHUNK_ROWS samples stores them, skipping (gpu, ts) pairs already stored
@@ -107,7 +109,8 @@ def write_samples(samples: Sequence[SampleIn], gpus: Mapping[str, ResolvedGPU], 
     looked older in `gpus` are updated, and each UPDATE checks again in the database that the
     row's `sampled_at` is null or older, so a late or concurrent older batch never overwrites
     newer values. A GPU deleted since `gpus` was read makes the whole batch TelemetryRejected.
-    On PostgreSQL the time partitions the samples need are made first (nodes.telemetry.partitions).
+    On PostgreSQL the time partitions the samples need are made first (nodes.telemetry.partitions),
+    and the rows are COPYed unless `copy` is False (an agent's few rows: one INSERT is cheaper).
 
     With Prometheus as the time-series store (settings.GPUPLANE_PROMETHEUS_URL) no sample rows are
     inserted: the database keeps only each GPU's latest values, which is all decisions (idle
@@ -140,7 +143,7 @@ def write_samples(samples: Sequence[SampleIn], gpus: Mapping[str, ResolvedGPU], 
         ensure_partitions({ts for _, ts in unique})
     try:
         with transaction.atomic():
-            stored = insert_samples_ignoring_duplicates(unique, source) if history else len(stale)
+            stored = insert_samples_ignoring_duplicates(unique, source, copy=copy) if history else len(stale)
             update_latest_values(stale)
     except IntegrityError as exc:
         # Only a GPU deleted by inventory sync between the check and the insert gets here.

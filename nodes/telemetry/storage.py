@@ -21,9 +21,6 @@ from nodes.telemetry.samples import LATEST_FIELDS, METRIC_FIELDS, SampleIn
 # Rows per INSERT: keeps every statement under SQLite's 32,766 and PostgreSQL's 65,535 bound
 # parameters (11 per row).
 INSERT_CHUNK_ROWS = 1000
-# PostgreSQL COPYs batches from this size on: below it (an agent's post of 8 samples) the
-# savepoint COPY needs costs more than the one INSERT it saves.
-COPY_MIN_ROWS = 200
 # Above this many UUIDs, resolving reads the whole GPU table instead of naming them: a poll asks
 # for (nearly) the whole fleet, and an IN list of 40,000 costs more to build than the rows cost
 # to read, and passes SQLite's 32,766 bound parameters.
@@ -73,13 +70,16 @@ def resolve_gpus(uuids: Iterable[str]) -> dict[str, ResolvedGPU]:
     }
 
 
-def insert_samples_ignoring_duplicates(rows: dict[tuple[int, datetime], SampleIn], source: str) -> int:
+def insert_samples_ignoring_duplicates(
+    rows: dict[tuple[int, datetime], SampleIn], source: str, *, copy: bool = True
+) -> int:
     """INSERT the rows, keyed by (gpu id, ts), skipping pairs already stored; return how many were inserted.
 
     Django's bulk_create(ignore_conflicts=True) does not say how many rows it inserted, and the
     duplicate count is part of the API's answer; the statement's row count says it exactly, even
-    when two identical batches race. On PostgreSQL the rows are COPYed when none is a duplicate
-    (`_copy_unless_duplicate`).
+    when two identical batches race. On PostgreSQL, with `copy` (a poll), the rows are COPYed when
+    none is a duplicate (`_copy_unless_duplicate`); otherwise (an agent's post of a few rows, for
+    which COPY's savepoint costs more than it saves) one INSERT from arrays stores them.
     """
     table, columns, head, row_sql, suffix = _insert_statement(connection.vendor)
     db_ts = _db_times(ts for _, ts in rows)
@@ -92,10 +92,16 @@ def insert_samples_ignoring_duplicates(rows: dict[tuple[int, datetime], SampleIn
         )
         for (gpu_id, ts), sample in rows.items()
     ]
-    if connection.vendor == "postgresql" and len(values) >= COPY_MIN_ROWS:
-        copied = _copy_unless_duplicate(table, columns, values)
-        if copied is not None:
-            return copied
+    if connection.vendor == "postgresql":
+        if copy:
+            copied = _copy_unless_duplicate(table, columns, values)
+            if copied is not None:
+                return copied
+        with connection.cursor() as cursor:
+            # One statement whatever the rows (arrays, one per column): its text never changes,
+            # so the driver parses it once instead of once per agent post.
+            cursor.execute(_insert_unnest_statement(), [list(column) for column in zip(*values, strict=True)])
+            return cursor.rowcount
     inserted = 0
     with connection.cursor() as cursor:
         for start in range(0, len(values), INSERT_CHUNK_ROWS):
@@ -104,6 +110,17 @@ def insert_samples_ignoring_duplicates(rows: dict[tuple[int, datetime], SampleIn
             cursor.execute(sql, [value for row in chunk for value in row])
             inserted += cursor.rowcount
     return inserted
+
+
+@functools.cache
+def _insert_unnest_statement() -> str:
+    """PostgreSQL: the sample INSERT from one array per column, skipping (gpu, ts) pairs already stored."""
+    meta = GPUSample._meta
+    fields = [meta.get_field(name) for name in ("gpu", "ts", *METRIC_FIELDS, "source")]
+    _, columns, head, _, suffix = _insert_statement(connection.vendor)
+    arrays = ", ".join(f"%s::{field.db_type(connection) if name != 'gpu' else 'bigint'}[]"
+                       for name, field in zip(("gpu", "ts", *METRIC_FIELDS, "source"), fields, strict=True))
+    return f"{head} SELECT * FROM unnest({arrays}) {suffix}"
 
 
 @functools.cache
