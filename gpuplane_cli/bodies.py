@@ -76,8 +76,8 @@ def merged(*layers: Mapping[str, Any]) -> dict[str, Any]:
         for key, value in layer.items():
             if value is None:
                 continue
-            if isinstance(value, Mapping) and isinstance(result.get(key), dict):
-                result[key] = merged(result[key], value)
+            if isinstance(value, Mapping):
+                result[key] = merged(result[key] if isinstance(result.get(key), dict) else {}, value)
             else:
                 result[key] = value
     return result

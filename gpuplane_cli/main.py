@@ -28,7 +28,7 @@ from gpuplane_cli.errors import (
 from gpuplane_cli.output import FORMATS
 
 COMMANDS = (auth, get, deploy, explain, rollout, plans, savings)
-_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+_INVALID_CHOICE = re.compile(r"argument (?:COMMAND|VERB): invalid choice: '([^']*)' \(choose from (.*)\)")
 
 
 class Parser(argparse.ArgumentParser):

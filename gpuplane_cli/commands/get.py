@@ -22,7 +22,7 @@ def register(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
         description=f"List objects of a kind, or show some by name (or id). Kinds: {kinds}. "
                     "TYPE/NAME works too (deployment/chat).")
     get.add_argument("kind", metavar="TYPE", help=kinds)
-    get.add_argument("names", nargs="*", metavar="NAME", help="names or ids; none: every object of the kind")
+    get.add_argument("names", nargs="*", default=[], metavar="NAME", help="names or ids; none: every object of the kind")
     get.add_argument("-n", "--namespace", help="deployments of this namespace only")
     get.add_argument("--node", help="GPUs of this node only")
     get.add_argument("--status", action="append", help="only objects in this status (repeatable)")
