@@ -28,11 +28,12 @@ class Client:
         self.server = server.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
-        self._context: ssl.SSLContext | None = None
+        context: ssl.SSLContext | None = None
         if insecure:  # --insecure-skip-tls-verify: the user asked for it, as with kubectl's flag
-            self._context = ssl.create_default_context()
-            self._context.check_hostname = False
-            self._context.verify_mode = ssl.CERT_NONE
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        self._opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), _NoRedirects())
 
     def url(self, path: str, params: Params | None = None) -> str:
         """``path`` under `/api/v1/` (or absolute from the root when it starts with `/`), with ``params``;
@@ -58,11 +59,12 @@ class Client:
             headers["Authorization"] = f"Token {self.token}"
         request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._context) as answer:
+            with self._opener.open(request, timeout=self.timeout_s) as answer:
                 return _parsed(answer.read(), answer.headers.get("Content-Type", ""))
         except urllib.error.HTTPError as error:
             content = error.read()
-            raise APIError(error.code, _parsed(content, error.headers.get("Content-Type", "")), method, url) from None
+            raise APIError(error.code, _parsed(content, error.headers.get("Content-Type", "")), method, url,
+                           location=error.headers.get("Location", "")) from None
         except urllib.error.URLError as error:
             raise _connection_failure(self.server, error.reason) from None
         except TimeoutError:
@@ -90,6 +92,14 @@ class Client:
             offset += len(results)
             if not results or offset >= int(page.get("count") or 0):
                 return
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered, not followed: urllib would resend the token to wherever it points
+    and turn a POST into a GET (`http://` to `https://` on a production server, for one)."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None
 
 
 def _parsed(content: bytes, content_type: str) -> Any:

@@ -45,6 +45,7 @@ class APIError(Exception):
     body: Any
     method: str = "GET"
     url: str = ""
+    location: str = ""  # where a redirect (3xx) points
 
     def __str__(self) -> str:
         return f"{self.method} {self.url}: HTTP {self.status}"
@@ -109,6 +110,10 @@ def from_api_error(error: APIError, target: Target | None = None, *, creating: b
     status = error.status
     reason = REASONS.get(status, "InternalError" if status >= 500 else f"HTTP {status}")
     detail = detail_of(error.body)
+    if 300 <= status < 400:
+        where = f" to {error.location}" if error.location else ""
+        return CLIError(f"error: the server answered HTTP {status}, a redirect{where}: give the server's own URL "
+                        "(https:// where it redirects to it) to login or --server")
     if status == 401:
         return CLIError("error: You must be logged in to the server (Unauthorized)")
     if status == 404:

@@ -170,6 +170,9 @@ def test_the_cli_against_a_running_server(live_server, demo, operator, admin_use
     assert vera.fails("explain", "nope") == 'Error from server (NotFound): deployments "nope" not found\n'
     assert vera.fails("gett", "nodes").startswith('error: unknown command "gett" for "gpuplane"\n\nDid you mean this?\n\tget')
 
+    assert otto.ok("delete", "deployment", "chat", "-n", "team-a").strip() == "deployment/chat deleted"
+    assert Deployment.objects.get(pk=row.pk).status == DeploymentStatus.DELETED
+
     # Log out: the token is gone from the file; the next command is refused.
     otto.ok("logout")
     assert not yaml.safe_load(otto.config.read_text()).get("token")

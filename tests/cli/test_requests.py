@@ -2,13 +2,16 @@
 and rollout commands), and lists read page by page (gpuplane_cli.client)."""
 from __future__ import annotations
 
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 
 from gpuplane_cli.bodies import merged, set_values, string_map
 from gpuplane_cli.client import PAGE_LIMIT, Client
 from gpuplane_cli.commands.deploy import deploy_body
 from gpuplane_cli.commands.rollout import rollout_body
-from gpuplane_cli.errors import UsageError
+from gpuplane_cli.errors import APIError, UsageError, from_api_error
 from gpuplane_cli.main import build_parser
 
 
@@ -77,3 +80,34 @@ def test_urls_repeat_list_parameters_and_root_paths_stay_at_the_root():
     assert client.url("deployments/", {"status": ["a", "b"], "name": "chat"}) == \
         "https://gp.example/api/v1/deployments/?status=a&status=b&name=chat"
     assert client.url("/api/schema/") == "https://gp.example/api/schema/"
+
+
+def test_a_redirect_is_reported_not_followed_so_the_token_stays_put():
+    seen: list[tuple[str, str, str | None]] = []
+
+    class Redirecting(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            seen.append((self.command, self.path, self.headers.get("Authorization")))
+            self.send_response(301)
+            self.send_header("Location", "https://gp.example/api/v1/deployments/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = Client(f"http://127.0.0.1:{server.server_port}", "s3cret", timeout_s=10)
+        with pytest.raises(APIError) as redirected:
+            client.post("deployments/", {"name": "chat"})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == [("POST", "/api/v1/deployments/", "Token s3cret")]  # once, not replayed as a GET elsewhere
+    assert (redirected.value.status, redirected.value.location) == (301, "https://gp.example/api/v1/deployments/")
+    assert from_api_error(redirected.value).message.startswith(
+        "error: the server answered HTTP 301, a redirect to https://gp.example/api/v1/deployments/: ")
