@@ -17,6 +17,7 @@ from django.db import transaction
 
 from lifecycle.audit import record
 from lifecycle.errors import Conflict, InvalidRequest
+from nodes.cluster.base import ClusterBackend
 from nodes.models import Node
 from nodes.node_configs import applied_config, validate_for_node
 from nodes.sharing.node_config import InvalidNodeConfig, NodeConfig
@@ -58,9 +59,10 @@ class RolloutRequest:
     maintenance_window: MaintenanceWindow | None = None
     move_back: bool = False
 
-    def preview(self) -> Preview:
+    def preview(self, cluster: ClusterBackend | None = None) -> Preview:
+        """The dry run on ``cluster`` (default: the configured backend)."""
         return preview(self.nodes, self.config, strategy=self.strategy, max_unavailable=self.max_unavailable,
-                       maintenance_window=self.maintenance_window, move_back=self.move_back)
+                       maintenance_window=self.maintenance_window, move_back=self.move_back, cluster=cluster)
 
 
 def nodes_selected(selector: Mapping[str, str]) -> list[str]:
@@ -112,13 +114,14 @@ def validate_request(name: str, node_names: Sequence[str], config: Any, *, strat
     return RolloutRequest(name, tuple(node_names), parsed, strategy, max_unavailable, on_failure, window, move_back)
 
 
-def create_rollout(request: RolloutRequest, *, actor: Any = None) -> RollingUpdate:
-    """Store ``request`` as a pending rollout, or raise ``RolloutRefused`` (nothing stored)."""
+def create_rollout(request: RolloutRequest, *, actor: Any = None, cluster: ClusterBackend | None = None) -> RollingUpdate:
+    """Store ``request`` as a pending rollout, or raise ``RolloutRefused`` (nothing stored); the
+    preview reads ``cluster`` (default: the configured backend)."""
     with transaction.atomic():
         # Locking the target nodes serialises two creations naming the same node, so both cannot
         # pass the "owned by another rollout" check.
         targets = {n.name: n for n in Node.objects.select_for_update().filter(name__in=request.nodes).order_by("pk")}
-        shown = request.preview()
+        shown = request.preview(cluster)
         if not shown.safe:
             raise RolloutRefused(shown)
         rollout = RollingUpdate.objects.create(
