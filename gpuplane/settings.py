@@ -308,6 +308,9 @@ GPUPLANE_WORKLOAD_IMAGE = env_str("GPUPLANE_WORKLOAD_IMAGE", "vllm/vllm-openai:l
 ROLLOUT_RECONCILE_INTERVAL_S = env_int("GPUPLANE_ROLLOUT_RECONCILE_INTERVAL_S", 5, minimum=1)
 ROLLOUT_STEP_TIMEOUT_S = env_int("GPUPLANE_ROLLOUT_STEP_TIMEOUT_S", 600, minimum=10)
 ROLLOUT_EVICTION_BACKOFF_S = env_int("GPUPLANE_ROLLOUT_EVICTION_BACKOFF_S", 10, minimum=1)
+# A created rollout owns its nodes (no other rollout may target them) until it ends; one nobody
+# starts within this many seconds expires and releases them (rollouts.expiry).
+ROLLOUT_START_DEADLINE_S = env_int("GPUPLANE_ROLLOUT_START_DEADLINE_S", 86400, minimum=60)
 
 # --- Savings (DESIGN.md section 6; savings/) --------------------------------------------------
 # Price of one GPU-hour per catalog model in USD, over nodes.gpu_costs.DEFAULT_GPU_PRICE_USD_PER_HOUR,

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
+
 from lifecycle.errors import Conflict
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError
 from nodes.sharing.node_config import NodeConfig
 from rollouts import configs as rollout_configs
 from rollouts.choices import ROLLOUT_FROM, NodeState, RolloutStatus
+from rollouts.expiry import expire, expired
 from rollouts.models import ROLLOUT_STATES, RollingUpdate
 from rollouts.preview import preview
 from rollouts.reconciler import restore_in_flight
@@ -51,6 +54,12 @@ def act(rollout: RollingUpdate, action: str, *, actor: Any = None,
     to, allowed = ACTIONS[action]
     if rollout.status not in allowed:
         raise NotAllowed(_refusal(action, rollout.status, allowed), status=rollout.status)
+    if action == "start":
+        rollout.refresh_from_db(fields=["status", "start_by"])
+    if action == "start" and expired(rollout, timezone.now()):
+        expire(rollout)
+        rollout.refresh_from_db()
+        raise NotAllowed(f"Cannot start: {rollout.message}.", status=rollout.status)
     if action == "start":
         _check_still_safe(rollout, cluster)
         _write_configs(rollout, cluster, actor)

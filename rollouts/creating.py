@@ -4,16 +4,21 @@
 NVIDIA's rules or the MIG planner for each named node's GPU model); ``create_rollout`` raises
 ``RolloutRefused`` (a 409) when the preview shows it cannot be done safely now. A stored rollout
 is ``pending`` with one ``RolloutNode`` per target: ``skipped`` with the planner's reason, or
-``pending`` in its batch. Starting it is the reconciler's job, not this module's.
+``pending`` in its batch. Starting it is the reconciler's job, not this module's; one not started
+within ``ROLLOUT_START_DEADLINE_S`` (its ``start_by``) expires and releases its nodes
+(``rollouts.expiry``).
 """
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from lifecycle.audit import record
 from lifecycle.errors import Conflict, InvalidRequest
@@ -130,6 +135,7 @@ def create_rollout(request: RolloutRequest, *, actor: Any = None, cluster: Clust
             maintenance_window=request.maintenance_window.as_dict() if request.maintenance_window else None,
             move_back=request.move_back,
             status=RolloutStatus.PENDING, plan=shown.as_dict(),
+            start_by=timezone.now() + timedelta(seconds=settings.ROLLOUT_START_DEADLINE_S),
             created_by=actor if getattr(actor, "is_authenticated", False) else None,
         )
         RolloutNode.objects.bulk_create(_rows(rollout, shown, targets))

@@ -130,7 +130,7 @@ class RollingUpdateSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "status", "progress_percent", "nodes", "config", "strategy", "max_unavailable",
             "on_failure", "maintenance_window", "waiting_for_window", "move_back", "message", "created_by",
-            "created_at", "updated_at", "started_at", "finished_at",
+            "created_at", "updated_at", "started_at", "finished_at", "start_by",
         ]
         read_only_fields = fields
 
