@@ -26,7 +26,9 @@ def analyse_consolidation_task() -> dict[str, Any]:
     default) the plan is approved at once, else it waits for an admin.
 
     Once per analysis interval (``lifecycle.locks.claim_slot``): a second beat, or a message
-    delivered again, finds the slot claimed and does nothing, so two beats never make two plans."""
+    delivered again, finds the slot claimed and does nothing, so two beats never make two plans.
+    For that reason it acknowledges early (no acks_late): a delivery again could only skip; an
+    analysis lost with its worker is the next interval's."""
     interval_s = settings.CONSOLIDATION_INTERVAL_S
     slot = interval_slot(interval_s)
     if not claim_slot(ANALYSE_SLOT_KEY.format(slot=slot), ttl_s=interval_s * 2 + 5):
@@ -44,9 +46,12 @@ def analyse_consolidation_task() -> dict[str, Any]:
 
 
 @shared_task(name="consolidation.tasks.execute_consolidations_task", soft_time_limit=120,
-             time_limit=EXECUTE_TIME_LIMIT_S)
+             time_limit=EXECUTE_TIME_LIMIT_S, acks_late=True, reject_on_worker_lost=True)
 def execute_consolidations_task() -> dict[str, Any]:
-    """Advance approved and executing plans; ticks never overlap (both would place replacements)."""
+    """Advance approved and executing plans; ticks never overlap (both would place replacements).
+
+    Idempotent (each move persists its replica index before placing, and adopts what a dead tick
+    placed), so it acknowledges late: a tick lost with its worker is delivered again."""
     with tick_lock(EXECUTE_LOCK_KEY, ttl_s=EXECUTE_TIME_LIMIT_S + 30) as acquired:
         if not acquired:
             return {"skipped": True, "reason": "another consolidation tick is running"}

@@ -232,10 +232,25 @@ REST_KNOX = {
 }
 
 # --- Celery -------------------------------------------------------------------------------
+# Every task's soft and hard time limits are at most these (most set shorter ones of their own).
+CELERY_TASK_SOFT_TIME_LIMIT = 300
+CELERY_TASK_TIME_LIMIT = 360
+# The tasks that are idempotent (safe to run again from the start after a run died part-way)
+# acknowledge their message only when they finish (acks_late) and give it back when their worker
+# dies (reject_on_worker_lost): see each task's docstring. With acks_late a worker fetches one
+# message at a time, so a long task never holds others back unstarted.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Redis hands a message a worker fetched but has not acknowledged to another worker after this
+# many seconds. With acks_late that is every message whose task is still running, or waiting for
+# its retry countdown, so it must be longer than the longest task (CELERY_TASK_TIME_LIMIT) plus
+# the longest countdown (a watch retry, DEPLOYMENT_WATCH_INTERVAL_S), or a long task would run
+# twice at once. The embedded broker has no such timeout.
+CELERY_BROKER_VISIBILITY_TIMEOUT_S = env_int("GPUPLANE_CELERY_VISIBILITY_TIMEOUT_S", 3600,
+                                             minimum=CELERY_TASK_TIME_LIMIT + 60)
 CELERY_BROKER_DIR = VAR_DIR / "celery-broker"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": 3600}
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT_S}
 else:
     # Embedded broker: kombu's filesystem transport works across processes on one machine.
     for sub in ("queue", "processed", "control"):
@@ -252,8 +267,6 @@ else:
         "control_folder": str(CELERY_BROKER_DIR / "control"),
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
-CELERY_TASK_SOFT_TIME_LIMIT = 300
-CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 INVENTORY_SYNC_INTERVAL_S = env_int("GPUPLANE_INVENTORY_SYNC_INTERVAL_S", 30, minimum=5)
 # --- Telemetry (DESIGN.md section 8) ---------------------------------------------------------
