@@ -9,6 +9,7 @@ class RolloutStatus(LabelledStrEnum):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     ROLLED_BACK = "rolled-back", "Rolled back"
+    EXPIRED = "expired", "Expired (not started in time)"
 
 
 class RolloutStrategy(LabelledStrEnum):
@@ -49,8 +50,9 @@ ROLLOUT_FROM: dict[str, tuple[str, ...]] = {
     S.SUCCEEDED: (S.RUNNING,),
     S.FAILED: (S.PENDING, S.RUNNING, S.PAUSED),
     S.ROLLED_BACK: (S.RUNNING, S.PAUSED),
+    S.EXPIRED: (S.PENDING,),  # rollouts.expiry: not started by its start_by, its nodes released
 }
-FINAL_STATUSES = (S.SUCCEEDED, S.FAILED, S.ROLLED_BACK)
+FINAL_STATUSES = (S.SUCCEEDED, S.FAILED, S.ROLLED_BACK, S.EXPIRED)
 
 # A node part-way changed (cordoned, owned by its rollout until it is done).
 IN_FLIGHT = (N.PREWARMING, N.DRAINING, N.RECONFIGURING, N.VERIFYING)
