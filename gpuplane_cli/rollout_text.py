@@ -22,6 +22,7 @@ def render_preview(preview: Mapping[str, Any]) -> str:
     """The preview in sections; empty sections are left out."""
     batches = preview.get("batches") or []
     nodes = sum(len(batch.get("nodes") or []) for batch in batches)
+    configs = preview.get("configs") or {}
     parts = [key_values([
         ("Verdict", "safe to create" if preview.get("feasible") else "NOT safe now"),
         ("Config", f"{config_text(preview.get('config'))} on {nodes} node(s) in {len(batches)} batch(es), "
@@ -29,6 +30,9 @@ def render_preview(preview: Mapping[str, Any]) -> str:
         ("Window", _window(preview.get("maintenance_window"))),
         ("Move back", "yes" if preview.get("move_back") else "no"),
         ("Placer", preview.get("placer")),
+        # The device-plugin and mig-parted configs the change needs (a problem is also a blocker).
+        *((title, ", ".join(configs[key])) for title, key in (("Configs present", "present"),
+                                                               ("Configs to write", "to_write")) if configs.get(key)),
     ])]
     blockers = preview.get("blockers") or []
     if blockers:

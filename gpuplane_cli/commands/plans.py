@@ -98,7 +98,12 @@ def run_create(ctx: Context) -> int:
         plan = ctx.client().post(PLANS.path)
     except APIError as error:
         raise from_api_error(error, Target("plans")) from None
-    if not ctx.emit_data(plan):
-        ctx.print(f"plan/{plan['id']} created ({plan['status']}): {len(plan.get('moves') or [])} move(s), "
-                  f"frees {', '.join(plan.get('nodes_freed') or []) or 'no node'}")
+    if ctx.emit_data(plan):
+        return 0
+    if "moves" not in plan:  # 200: no new plan, only what the analysis found (and the proposed plan it matched)
+        same = plan.get("plan")
+        ctx.print(str(plan.get("detail")) + (f" (plan/{same['id']}, {same['status']})" if same else ""))
+        return 0
+    ctx.print(f"plan/{plan['id']} created ({plan['status']}): {len(plan.get('moves') or [])} move(s), "
+              f"frees {', '.join(plan.get('nodes_freed') or []) or 'no node'}")
     return 0

@@ -155,6 +155,7 @@ def status_text(rollout: dict[str, Any]) -> str:
         ("Status", rollout.get("status")),
         ("Progress", progress_bar(float(rollout.get("progress_percent") or 0))),
         ("Message", rollout.get("message") or rollout.get("waiting_for_window") or NONE),
+        *([("Start by", rollout["start_by"])] if rollout.get("status") == "pending" and rollout.get("start_by") else []),
     ])
     rows = [(n.get("node"), n.get("batch_index") if n.get("batch_index") is not None else "-", n.get("state"),
              n.get("reason")) for n in rollout.get("nodes") or []]

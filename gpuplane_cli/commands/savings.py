@@ -14,6 +14,15 @@ def register(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
     savings.set_defaults(handler=run_savings)
 
 
+def _left_out(not_running: dict[str, Any] | None) -> list[tuple[str, object]]:
+    """Replicas that should run and do not: the savings leave them out (and say so)."""
+    if not not_running or not not_running.get("replicas"):
+        return []
+    names = ", ".join(f"{d.get('workload')} ({d.get('missing')})" for d in not_running.get("deployments") or [])
+    return [("Left out", f"{not_running['replicas']} replica(s) not running, {not_running.get('baseline_gpus')} "
+                         f"GPU(s) of baseline: {names}")]
+
+
 def render(s: dict[str, Any], now: Any) -> str:
     sampled = s.get("sampled_at")
     summary = key_values([
@@ -25,6 +34,7 @@ def render(s: dict[str, Any], now: Any) -> str:
         ("Saved in 24 h", f"{number(s.get('gpu_hours_saved_24h'))} GPU-hours, ${number(s.get('usd_saved_24h'), '', 2)}, "
                           f"{number(s.get('kwh_saved_24h'), ' kWh', 2)}"),
         ("Sampled", f"{age(sampled, now)} ago (every {s.get('sample_interval_s')} s)" if sampled else "not yet"),
+        *_left_out(s.get("not_running")),
     ])
     rows = [(m.get("gpu_model") or "<unknown>", m.get("baseline_gpus"), m.get("gpus_used"), m.get("gpus_saved"),
              number(m.get("usd_per_gpu_hour"), "", 2), number(m.get("usd_per_hour"), "", 2),

@@ -114,7 +114,7 @@ def test_the_cli_against_a_running_server(live_server, demo, operator, admin_use
     assert set(Deployment.objects.values_list("status", flat=True)) == {DeploymentStatus.RUNNING}
     config = ("--nodes", ",".join(TARGETS), "--mode", "mps", "--replicas", "4")
     preview = otto.ok("rollout", "preview", *config)
-    assert "Verdict:   safe to create" in preview and re.search(r"^BATCH\s+NODES\s+CAPACITY-DIP", preview, re.M)
+    assert re.search(r"^Verdict:\s+safe to create$", preview, re.M) and re.search(r"^BATCH\s+NODES\s+CAPACITY-DIP", preview, re.M)
     created = json.loads(otto.ok("rollout", "create", "mps-r4", *config, "-o", "json"))
     assert created["status"] == "pending" and {n["node"] for n in created["nodes"]} == set(TARGETS)
     assert otto.ok("rollout", "start", "mps-r4").strip() == "rollout/mps-r4 started (now running)"
@@ -148,6 +148,8 @@ def test_the_cli_against_a_running_server(live_server, demo, operator, admin_use
     assert otto.fails("plans", "create") == \
         "Error from server (Forbidden): plans is forbidden: Your role does not allow this.\n"
     plan_id = int(re.match(r"plan/(\d+) created \(proposed\)", ada.ok("plans", "create")).group(1))
+    again = ada.ok("plans", "create")  # the same moves: no new plan, the proposed one refreshed
+    assert again.rstrip().endswith(f"(plan/{plan_id}, proposed)")
     listed = json.loads(otto.ok("plans", "list", "-o", "json"))["items"]
     assert [p["id"] for p in listed] == [plan_id] and listed[0]["moves"]
     assert otto.fails("plans", "approve", str(plan_id)) == \
