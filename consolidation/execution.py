@@ -1,8 +1,10 @@
 """Carrying out approved plans, one tick at a time (beat, every CONSOLIDATION_EXECUTE_INTERVAL_S).
 
-An approved plan is first re-validated against the cluster now (``analysis.changed_nodes``):
-if any node it relies on changed (a placement came or went, a GPU's allocation, cordon,
-readiness, sharing config), it is aborted with nothing evicted, and the reason says what changed.
+An approved plan is first re-validated: against the plans being carried out (one touching its
+nodes or replicas aborts it, nothing evicted: ``consolidation.collisions``), then against the
+cluster now (``analysis.changed_nodes``): if any node it relies on changed (a placement came or
+went, a GPU's allocation, cordon, readiness, sharing config), it is aborted with nothing
+evicted, and the reason says what changed.
 Otherwise it goes ``executing`` and each tick advances every move, replacement first:
 
 1. place a new replica of the workload's deployment on the move's target node (the placement
@@ -28,8 +30,8 @@ from django.utils import timezone
 
 from consolidation.analysis import changed_nodes
 from consolidation.choices import PlanStatus
-from consolidation.models import ConsolidationPlan
-from consolidation.state import move_plan
+from consolidation.collisions import collisions
+from consolidation.models import PLAN_STATES, ConsolidationPlan
 from lifecycle.audit import record
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError
@@ -65,14 +67,20 @@ def advance_plans(*, cluster: ClusterBackend | None = None, now: datetime | None
 
 
 def start(plan: ConsolidationPlan, now: datetime) -> bool:
-    """Re-validate ``plan``; executing when the cluster is as it relied on, else aborted untouched."""
+    """Re-validate ``plan``; executing when the cluster is as it relied on and no executing plan
+    touches its nodes or replicas, else aborted untouched."""
+    overlaps = collisions(plan, (P.EXECUTING,))
+    if overlaps:
+        PLAN_STATES.move(plan, P.ABORTED, actor=ACTOR,
+                         reason=f"it collides with a plan being carried out ({'; '.join(overlaps)}); nothing was evicted")
+        return False
     changes = changed_nodes(plan)
     if changes:
-        move_plan(plan, P.ABORTED, actor=ACTOR,
-                  reason=f"the cluster changed since the plan was made ({'; '.join(changes)}); nothing was evicted")
+        PLAN_STATES.move(plan, P.ABORTED, actor=ACTOR,
+                         reason=f"the cluster changed since the plan was made ({'; '.join(changes)}); nothing was evicted")
         return False
-    return move_plan(plan, P.EXECUTING, actor=ACTOR, reason="re-validated: the cluster is as the plan relied on",
-                     values={"progress": {"started_at": now.isoformat(), "moves": {}}})
+    return PLAN_STATES.move(plan, P.EXECUTING, actor=ACTOR, reason="re-validated: the cluster is as the plan relied on",
+                            values={"progress": {"started_at": now.isoformat(), "moves": {}}})
 
 
 def _save(plan: ConsolidationPlan) -> None:
@@ -107,7 +115,7 @@ def advance(plan: ConsolidationPlan, cluster: ClusterBackend, now: datetime) -> 
     reason = f"{len(plan.moves) - len(failed)} of {len(plan.moves)} move(s) done"
     if failed:
         reason += f"; kept where they were: {'; '.join(failed)}"
-    move_plan(plan, P.EXECUTED, actor=ACTOR, reason=reason)
+    PLAN_STATES.move(plan, P.EXECUTED, actor=ACTOR, reason=reason)
 
 
 def _choose_index(plan: ConsolidationPlan, entry: dict[str, Any], deployment: Deployment,

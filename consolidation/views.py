@@ -13,11 +13,12 @@ from django.urls import reverse
 from django.views import View
 from django.views.generic import ListView
 
-from consolidation.analysis import analyse
+from consolidation.analysis import run_analysis
 from consolidation.approval import NotAllowed, approve, reject
+from consolidation.filtersets import PlanFilterSet
 from consolidation.models import ConsolidationPlan
 from gpuplane.roles import ADMIN, has_role
-from gpuplane.web import RoleRequiredMixin
+from gpuplane.web import RoleRequiredMixin, filter_list_context, use_dropdowns
 
 PAGE_SIZE = 20
 
@@ -28,10 +29,17 @@ class PlanListView(RoleRequiredMixin, ListView):
     paginate_by = PAGE_SIZE
 
     def get_queryset(self) -> Any:
-        return ConsolidationPlan.objects.select_related("created_by", "decided_by").order_by("-created_at", "-id")
+        queryset = ConsolidationPlan.objects.select_related("created_by", "decided_by").order_by("-created_at", "-id")
+        self.filterset = PlanFilterSet(self.request.GET or None, queryset=queryset)
+        use_dropdowns(self.filterset.form)  # before validation: the widget reads the values
+        # An invalid filter value shows the form error and no plan, never every plan.
+        if self.filterset.is_bound and not self.filterset.is_valid():
+            return queryset.none()
+        return self.filterset.qs
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
+        context.update(filter_list_context(self.request, self.filterset))
         context["can_decide"] = has_role(self.request.user, ADMIN)
         return context
 
@@ -43,13 +51,15 @@ class PlanAnalyseView(RoleRequiredMixin, View):
     http_method_names = ["post"]
 
     def post(self, request: HttpRequest) -> HttpResponse:
-        plan = analyse(actor=request.user)
-        assert plan is not None  # store_empty: always a plan
-        if plan.moves:
-            messages.success(request, f"Plan {plan.pk}: {len(plan.moves)} move(s) proposed; review it and approve or reject.")
+        outcome = run_analysis(actor=request.user)
+        if outcome.plan is None:
+            messages.info(request, outcome.detail)
+            return HttpResponseRedirect(reverse("consolidation:plan-list"))
+        if outcome.created:
+            messages.success(request, f"{outcome.detail} Review it and approve or reject.")
         else:
-            messages.info(request, f"Plan {plan.pk}: nothing to consolidate now.")
-        return HttpResponseRedirect(f"{reverse('consolidation:plan-list')}#plan-{plan.pk}")
+            messages.info(request, outcome.detail)
+        return HttpResponseRedirect(f"{reverse('consolidation:plan-list')}#plan-{outcome.plan.pk}")
 
 
 class PlanDecisionView(RoleRequiredMixin, View):

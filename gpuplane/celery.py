@@ -1,10 +1,13 @@
 """The Celery application; configuration comes from Django settings (CELERY_* names)."""
 import logging
 import os
+from typing import Any
 
 from celery import Celery
-from celery.signals import after_setup_logger, after_setup_task_logger
+from celery.beat import PersistentScheduler
+from celery.signals import after_setup_logger, after_setup_task_logger, heartbeat_sent, worker_ready
 
+from gpuplane import liveness
 from gpuplane.redaction import mask_handlers
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplane.settings")
@@ -19,3 +22,18 @@ app.autodiscover_tasks()
 def _mask_credentials_in_logs(logger: logging.Logger, **kwargs: object) -> None:
     """Celery replaces the root logger's handlers with its own: mask URL credentials there too."""
     mask_handlers(logger)
+
+
+@worker_ready.connect
+@heartbeat_sent.connect
+def _worker_alive(**kwargs: object) -> None:
+    """The worker's consumer runs (heartbeats go out every 2 s): say so to the liveness probe."""
+    liveness.touch()
+
+
+class LivenessScheduler(PersistentScheduler):
+    """Celery beat's default scheduler, telling the liveness probe on every tick that its loop runs."""
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        liveness.touch()
+        return float(super().tick(*args, **kwargs))

@@ -9,6 +9,7 @@ class RolloutStatus(LabelledStrEnum):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     ROLLED_BACK = "rolled-back", "Rolled back"
+    EXPIRED = "expired", "Expired (not started in time)"
 
 
 class RolloutStrategy(LabelledStrEnum):
@@ -39,3 +40,34 @@ ACTIVE_STATUSES = (RolloutStatus.PENDING, RolloutStatus.RUNNING, RolloutStatus.P
 # Nodes in these count as done for the progress bar: their work is finished, whichever way it ended
 # (a rolled-back node was taken back and proven at its previous config). A failed node is not done.
 DONE_NODE_STATES = (NodeState.SUCCEEDED, NodeState.SKIPPED, NodeState.ROLLED_BACK)
+
+
+S, N = RolloutStatus, NodeState
+# The state machines (``rollouts.models``): to-status -> the statuses it may come from.
+ROLLOUT_FROM: dict[str, tuple[str, ...]] = {
+    S.RUNNING: (S.PENDING, S.PAUSED),
+    S.PAUSED: (S.RUNNING,),
+    S.SUCCEEDED: (S.RUNNING,),
+    S.FAILED: (S.PENDING, S.RUNNING, S.PAUSED),
+    S.ROLLED_BACK: (S.RUNNING, S.PAUSED),
+    S.EXPIRED: (S.PENDING,),  # rollouts.expiry: not started by its start_by, its nodes released
+}
+FINAL_STATUSES = (S.SUCCEEDED, S.FAILED, S.ROLLED_BACK, S.EXPIRED)
+
+# A node part-way changed (cordoned, owned by its rollout until it is done).
+IN_FLIGHT = (N.PREWARMING, N.DRAINING, N.RECONFIGURING, N.VERIFYING)
+NODE_FROM: dict[str, tuple[str, ...]] = {
+    # From succeeded: rolled back through the same steps, towards its previous config.
+    N.PREWARMING: (N.PENDING, N.SUCCEEDED),
+    N.DRAINING: (N.PREWARMING,),
+    N.RECONFIGURING: (N.DRAINING,),
+    N.VERIFYING: (N.RECONFIGURING,),
+    N.MOVING_BACK: (N.VERIFYING,),  # rollouts.move_back
+    N.SUCCEEDED: (N.VERIFYING, N.MOVING_BACK),
+    N.FAILED: IN_FLIGHT,
+    # Not started when its rollout rolls back, or found holding a do-not-disrupt pod before
+    # anything on it changed.
+    N.SKIPPED: (N.PENDING, N.PREWARMING, N.DRAINING),
+    # Proven back at its previous config (verifying), or stopped part-way and restored.
+    N.ROLLED_BACK: (N.FAILED, N.SUCCEEDED, *IN_FLIGHT),
+}

@@ -1,15 +1,27 @@
 """A rollout as rows: one ``RollingUpdate`` and a ``RolloutNode`` per target node.
 
 Both are persisted state machines (DESIGN.md section 5): their ``status``/``state`` change only
-through ``rollouts.state`` (the lifecycle transition helper: a conditional UPDATE and an audit
-event), so the reconciler that drives them later can crash and resume anywhere.
+through ``ROLLOUT_STATES`` and ``NODE_STATES`` (``lifecycle.transitions.StateMachine``: a
+conditional UPDATE and an audit event, ``rollingupdate.<status>`` / ``rolloutnode.<state>``), so
+a racing user and reconciler cannot both move the same row, and the reconciler that drives them
+can crash and resume anywhere.
 """
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
 
-from rollouts.choices import DONE_NODE_STATES, NodeState, OnFailure, RolloutStatus, RolloutStrategy
+from lifecycle.transitions import StateMachine
+from rollouts.choices import (
+    DONE_NODE_STATES,
+    FINAL_STATUSES,
+    NODE_FROM,
+    ROLLOUT_FROM,
+    NodeState,
+    OnFailure,
+    RolloutStatus,
+    RolloutStrategy,
+)
 
 
 class RollingUpdate(models.Model):
@@ -30,6 +42,9 @@ class RollingUpdate(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    start_by = models.DateTimeField(
+        null=True, blank=True,
+        help_text="A pending rollout not started by then expires and releases its nodes (GPUPLANE_ROLLOUT_START_DEADLINE_S)")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -69,3 +84,8 @@ class RolloutNode(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_name} in rollout {self.rollout_id} ({self.state})"
+
+
+ROLLOUT_STATES = StateMachine(RollingUpdate, ROLLOUT_FROM, note_field="message", final=FINAL_STATUSES,
+                              finished_field="finished_at", started=(RolloutStatus.RUNNING,), started_field="started_at")
+NODE_STATES = StateMachine(RolloutNode, NODE_FROM, field="state")

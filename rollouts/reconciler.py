@@ -25,10 +25,10 @@ from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend
 from rollouts.blue_green import hold_for_pool
 from rollouts.choices import NodeState, OnFailure, RolloutStatus, RolloutStrategy
-from rollouts.models import RollingUpdate, RolloutNode
+from rollouts.expiry import expire_unstarted
+from rollouts.models import ROLLOUT_STATES, RollingUpdate, RolloutNode
 from rollouts.move_back import advance_move_back
 from rollouts.rollback import advance_rollback, rolls_back
-from rollouts.state import move_rollout
 from rollouts.steps import ACTOR, IN_FLIGHT, advance_node, cordon_batch, fail_node
 from rollouts.windows import hold_outside_window
 
@@ -40,10 +40,11 @@ FINISHED_NODES = (NodeState.SUCCEEDED, NodeState.SKIPPED, NodeState.FAILED, Node
 
 
 def reconcile(*, cluster: ClusterBackend | None = None, now: datetime | None = None) -> dict[str, Any]:
-    """Advance every running rollout by one step; what each did, by id."""
+    """Expire pending rollouts past their ``start_by``, then advance every running rollout by one
+    step; what each did, by id."""
     backend = cluster if cluster is not None else get_cluster()
     when = now or timezone.now()
-    done: dict[str, Any] = {}
+    done: dict[str, Any] = {str(pk): "expired" for pk in expire_unstarted(when)}
     for rollout in RollingUpdate.objects.filter(status=RolloutStatus.RUNNING).order_by("pk"):
         try:
             done[str(rollout.pk)] = advance_rollout(rollout, backend, when)
@@ -96,7 +97,7 @@ def _pause_for_failures(rollout: RollingUpdate) -> bool:
         if not failed:
             return False
         reason = "; ".join(f"{s.node_name} failed: {s.reason}" for s in failed)
-        if not move_rollout(rollout, RolloutStatus.PAUSED, actor=ACTOR, reason=reason):
+        if not ROLLOUT_STATES.move(rollout, RolloutStatus.PAUSED, actor=ACTOR, reason=reason):
             return False
         for step in failed:
             RolloutNode.objects.filter(pk=step.pk).update(progress={**step.progress, PAUSED_FOR_IT: True})
@@ -106,13 +107,13 @@ def _pause_for_failures(rollout: RollingUpdate) -> bool:
 def _finish(rollout: RollingUpdate, steps: list[RolloutNode]) -> str:
     failed = sorted(s.node_name for s in steps if s.state == NodeState.FAILED)
     if failed:
-        move_rollout(rollout, RolloutStatus.FAILED, actor=ACTOR, reason=f"finished; failed: {', '.join(failed)}")
+        ROLLOUT_STATES.move(rollout, RolloutStatus.FAILED, actor=ACTOR, reason=f"finished; failed: {', '.join(failed)}")
         return "failed"
     skipped = sorted(s.node_name for s in steps if s.state == NodeState.SKIPPED)
     reason = "every node proven at the new config"
     if skipped:
         reason = f"every other node proven at the new config; skipped (see each reason): {', '.join(skipped)}"
-    move_rollout(rollout, RolloutStatus.SUCCEEDED, actor=ACTOR, reason=reason)
+    ROLLOUT_STATES.move(rollout, RolloutStatus.SUCCEEDED, actor=ACTOR, reason=reason)
     return "succeeded"
 
 

@@ -1,4 +1,4 @@
-"""Shapes of `/api/v1/consolidations/`: a plan, and the body of a rejection."""
+"""Shapes of `/api/v1/consolidations/`: a plan, an analysis that made none, and the body of a rejection."""
 from __future__ import annotations
 
 from typing import Any
@@ -69,6 +69,17 @@ class ConsolidationPlanSerializer(serializers.ModelSerializer):
     @extend_schema_field(PlanSavingsSerializer)
     def get_savings_per_hour(self, plan: ConsolidationPlan) -> dict[str, Any]:
         return {"usd": plan.savings_usd_per_hour, "kwh": plan.savings_kwh_per_hour}
+
+
+class AnalysisOutcomeSerializer(serializers.Serializer):
+    """An analysis that made no new plan."""
+
+    detail = serializers.CharField()
+    plan = ConsolidationPlanSerializer(allow_null=True, help_text="The proposed plan with the same moves, refreshed; "
+                                                                  "null when nothing would move")
+    method = serializers.CharField(help_text="How the analysis looked")
+    skipped = SkippedSerializer(many=True, help_text="Nodes left as they are, and why")
+    budgets = PlanBudgetSerializer(many=True, help_text="The disruption budgets the analysis applied")
 
 
 class RejectSerializer(StrictSerializer):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar, runtime_checkable
 
+from lifecycle.errors import UpstreamFailure
 from nodes.vocabulary import Taint
 
 
@@ -85,6 +86,22 @@ class ClusterPDB:
         return f"{self.namespace}/{self.name}"
 
 
+@dataclass(frozen=True)
+class ClusterConfigMap:
+    """A v1 ConfigMap: its text entries, labels and the resourceVersion it was read at ("" for one
+    not yet stored: writing it creates it; else writing replaces it only if nobody changed it since)."""
+
+    namespace: str
+    name: str
+    data: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 ClusterItem = TypeVar("ClusterItem", ClusterNode, ClusterPod)
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -136,8 +153,8 @@ class WorkloadSpec:
     args: list[str] = field(default_factory=list)  # its arguments; []: the image's
 
 
-class ClusterError(Exception):
-    """The cluster refused or failed an operation; the message says what and why."""
+class ClusterError(UpstreamFailure):
+    """The cluster refused or failed an operation; the message says what and why (an API answers 502)."""
 
 
 class EvictionBlocked(ClusterError):
@@ -146,6 +163,10 @@ class EvictionBlocked(ClusterError):
 
 class NotFound(ClusterError):
     pass
+
+
+class Conflict(ClusterError):
+    """HTTP 409 (AlreadyExists, or a write from a resourceVersion someone else changed since)."""
 
 
 class ResourceVersionGone(ClusterError):
@@ -187,6 +208,19 @@ class ClusterBackend(Protocol):
 
     def restart_device_plugin(self, node: str) -> None:
         """Delete the device plugin pod on a node so that it restarts and re-reads its config."""
+        ...
+
+    def read_configmap(self, namespace: str, name: str) -> ClusterConfigMap | None:
+        """The ConfigMap as stored now (with its resourceVersion); None when there is none."""
+        ...
+
+    def write_configmap(self, configmap: ClusterConfigMap, *, dry_run: bool = False) -> None:
+        """Create ``configmap`` (resource_version "") or replace the stored one it was read from.
+
+        Conflict (409) when it exists already, or changed since it was read: read it again and
+        merge. ``dry_run``: the API server checks and authorizes the write and stores nothing
+        (``?dryRun=All``), which tells a preview whether the write would succeed.
+        """
         ...
 
 

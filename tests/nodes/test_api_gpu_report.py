@@ -117,3 +117,15 @@ def test_it_is_documented_with_agent_tokens(tmp_path):
     operation = yaml.safe_load(path.read_text())["paths"]["/api/v1/nodes/{name}/gpu-report/"]["post"]
     assert {"agentTokenAuth": []} in operation["security"]
     assert set(operation["responses"]) == {"200", "400", "401", "403", "404"}
+
+
+def test_behind_the_https_redirect_an_agent_in_the_cluster_still_reaches_it(n1, settings):
+    """The agents post to the web Service over plain http (gpuplane/production.py REDIRECT_EXEMPT)."""
+    from gpuplane.production import REDIRECT_EXEMPT
+
+    settings.SECURE_SSL_REDIRECT, settings.SECURE_REDIRECT_EXEMPT = True, REDIRECT_EXEMPT
+    client = bearer(n1)
+
+    assert client.post(url(), {"gpus": [gpu(0, "GPU-real-0")]}, format="json").status_code == 200
+    assert client.post("/api/v1/telemetry/", {"node": "n1", "samples": []}, format="json").status_code == 201
+    assert client.get("/api/v1/gpus/").status_code == 301  # everything else goes to https
