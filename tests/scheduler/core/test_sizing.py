@@ -6,11 +6,15 @@ stated ``share_milli`` binds every mode. Memory in these tables is GiB (1 GB = 1
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from nodes.vocabulary import SharingMode
+from nodes.vocabulary import PartitionKind, SharingMode
 from scheduler.core import ClusterSnapshot, NodeState, PlacementRequest, scheduler_for
+from scheduler.core.assignment import assign
 from scheduler.core.decision import ScheduleResult
+from scheduler.core.fit import build_need, chosen_gpus, evaluate_fit
+from scheduler.core.node_columns import KINDS
 from scheduler.core.types import Priority, SharingRequest, WorkloadType
 from tests.scheduler.core.builders import A100, H100, make_node, occupy, request
 
@@ -185,3 +189,19 @@ def test_the_decision_data_carries_the_rule_and_the_share_basis():
     assert data["need"]["sizing"]["basis"] == "default"  # type: ignore[index]
     assert data["need"]["sizing"]["min_share_milli"]["mig"] == 0  # type: ignore[index]
     assert data["need"]["sizing"]["min_share_milli"]["mps"] == 500  # type: ignore[index]
+
+
+def test_a_whole_gpu_comes_before_a_free_7g_instance_that_holds_less_memory():
+    """A 7g.80gb holds 81,152 MiB, the board 81,559: the vectorized fit must still pick the whole
+    GPU as the Python assignment does (a MIG instance only when it is less than a whole GPU)."""
+    node = make_node("mig", H100, SharingMode.MIG, gpus=2, mig={"7g.80gb": 1}, mig_gpus=1)
+    snapshot = ClusterSnapshot([node])
+    req = request(8)
+    need = build_need(req)
+
+    fit = evaluate_fit(snapshot, need, np.arange(1))
+    result = assign(node, need, req.key, snapshot.models.mig_profiles[snapshot.model_id[0]])
+
+    assert result is not None and result.kind == PartitionKind.EXCLUSIVE and result.gpu_indexes == (1,)
+    assert KINDS[fit.kind[0]] == PartitionKind.EXCLUSIVE
+    assert node.gpus[chosen_gpus(snapshot, need, fit)[0]].index == 1
