@@ -64,6 +64,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "gpuplane.path_parameters.PathParameterMiddleware",  # NUL in a path parameter: 400, not a 500
 ]
 
 ROOT_URLCONF = "gpuplane.urls"
@@ -175,6 +176,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # A node's sharing_mode and a sharing config's mode are one vocabulary: one enum in the schema.
     "ENUM_NAME_OVERRIDES": {"SharingModeEnum": "nodes.vocabulary.SharingMode.choices"},
+    # Form-encoded bodies have no null and no objects: their own components (gpuplane/schema.py).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "gpuplane.schema.postprocess_form_bodies"],
 }
 INSTALLED_APPS.append("drf_spectacular_sidecar")
 
@@ -187,30 +190,23 @@ GPUPLANE_KUBECONFIG = env_str("GPUPLANE_KUBECONFIG", "")
 # Where the NVIDIA device plugin DaemonSet runs (the GPU operator's namespace by default).
 GPUPLANE_DEVICE_PLUGIN_NAMESPACE = env_str("GPUPLANE_DEVICE_PLUGIN_NAMESPACE", "gpu-operator")
 
-# --- Cache (locks such as the sync overlap guard must be seen by every worker process) --------
+# --- Caches every process shares: Redis when REDIS_URL is set, else files under var/ ---------
+# default: locks such as the sync overlap guard; ratelimit: sign-in and token counters
+# (gpuplane/ratelimits.py; the file cache's increments are not atomic, so a burst of concurrent
+# guesses may slip a few past the limit: use Redis in production); fleet: the fleet pages' and
+# /metrics' figures, kept one telemetry poll interval (nodes/fleet.py), computed once, not per worker.
 REDIS_URL = env_str("REDIS_URL", "")
-if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
-else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / "cache")}}
 
+
+def _shared_cache(folder: str, key_prefix: str = "") -> dict[str, Any]:
+    if REDIS_URL:
+        return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": key_prefix}
+    return {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / folder)}
+
+
+CACHES = {"default": _shared_cache("cache"), "ratelimit": _shared_cache("ratelimit-cache", "gpuplane-ratelimit"),
+          "fleet": _shared_cache("fleet-cache", "gpuplane-fleet")}
 # --- Sign-in and API tokens: rate limits and token lifetime (gpuplane/ratelimits.py, gpuplane/tokens.py) ---
-# Counters live in a cache every web worker shares: Redis when REDIS_URL is set, else files
-# under var/ (one machine; the file cache's increments are not atomic, so a burst of
-# concurrent guesses may slip a few past the limit: use Redis in production).
-if REDIS_URL:
-    CACHES["ratelimit"] = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                           "KEY_PREFIX": "gpuplane-ratelimit"}
-else:
-    CACHES["ratelimit"] = {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-                           "LOCATION": str(VAR_DIR / "ratelimit-cache")}
-# The fleet pages' and /metrics' figures, kept for one telemetry poll interval (nodes/fleet.py);
-# shared by every web worker so a fleet is summarised once per interval, not once per worker.
-if REDIS_URL:
-    CACHES["fleet"] = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                       "KEY_PREFIX": "gpuplane-fleet"}
-else:
-    CACHES["fleet"] = {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / "fleet-cache")}
 RATELIMIT_USE_CACHE = "ratelimit"
 RATELIMIT_IP_META_KEY = "gpuplane.ratelimits.client_address"
 # Behind a reverse proxy every request comes from the proxy: name the header it sets with the

@@ -15,16 +15,19 @@ import pytest
 import schemathesis
 from django.contrib.auth.models import Group, User
 from django.core import signals
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import close_old_connections
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis.errors import Unsatisfiable
 from rest_framework.test import APIClient
 from schemathesis import GenerationMode
+from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from gpuplane.roles import ADMIN
 from gpuplane.wsgi import application
+from scheduler.label_lines import parse_labels
 from scheduler.services import label_errors
 from scheduler.services.spec import cross_field_errors
 from tests.conftest import PASSWORD
@@ -72,20 +75,29 @@ def follows_cross_field_rules(case) -> bool:
         gpu_count, sharing, share_percent = body.get("gpu_count", 1), body.get("sharing", "auto"), body.get("share_percent")
         if cross_field_errors(gpu_count, sharing, share_percent):
             return False
-        # Label keys: OpenAPI 3.0 has no propertyNames; the API's own rule decides.
-        return not label_errors(body.get("labels", {}))
+        # Label keys: OpenAPI 3.0 has no propertyNames; the API's own rule decides. A form body
+        # gives them as text, one key=value a line (its description says so).
+        labels = body.get("labels", {})
+        if isinstance(labels, str):
+            try:
+                labels = parse_labels(labels)
+            except DjangoValidationError:
+                return False
+        return not label_errors(labels)
     return True
+
+
+load_all_checks()
+ALL_CHECKS = CHECKS.get_all()
 
 
 def run_operation(operation, mode: GenerationMode, headers: dict[str, str]) -> None:
     excluded = []
     if mode is GenerationMode.POSITIVE and operation.label in SKIP_POSITIVE_ACCEPTANCE:
         excluded.append(positive_data_acceptance)
-    # JSON bodies only: form and multipart bodies cannot carry null or an object (`labels`), which the
-    # deploy API's form parsers mishandle today (reported in issue 8, "be strict", another slice).
-    strategy = operation.as_strategy(generation_mode=mode).filter(
-        lambda case: case.media_type in (None, "application/json")
-    )
+    # Every media type the schema lists: JSON, and for the deploy and token endpoints form and
+    # multipart bodies too (their own components: no null, labels as text; gpuplane/schema.py).
+    strategy = operation.as_strategy(generation_mode=mode)
     if mode is GenerationMode.POSITIVE:
         strategy = strategy.filter(follows_cross_field_rules)
 
@@ -95,7 +107,8 @@ def run_operation(operation, mode: GenerationMode, headers: dict[str, str]) -> N
         phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
     )
     def check(case) -> None:
-        case.call_and_validate(headers=headers, excluded_checks=excluded)
+        # Every registered check, as `schemathesis run --checks all` (conformance included).
+        case.call_and_validate(headers=headers, checks=ALL_CHECKS, excluded_checks=excluded)
 
     check()
 
