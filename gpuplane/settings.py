@@ -43,7 +43,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "knox",  # API tokens stored as digests, with an expiry (gpuplane/tokens.py)
-    "django_ratelimit",
     "django_filters",
     "drf_spectacular",
     "gpuplane",
@@ -62,6 +61,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "gpuplane.accounts.ActorMiddleware",  # account audit events name who made the change
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "gpuplane.path_parameters.PathParameterMiddleware",  # NUL in a path parameter: 400, not a 500
@@ -208,17 +208,15 @@ CACHES = {"default": _shared_cache("cache"), "ratelimit": _shared_cache("ratelim
           "fleet": _shared_cache("fleet-cache", "gpuplane-fleet")}
 # --- Sign-in and API tokens: rate limits and token lifetime (gpuplane/ratelimits.py, gpuplane/tokens.py) ---
 RATELIMIT_USE_CACHE = "ratelimit"
-RATELIMIT_IP_META_KEY = "gpuplane.ratelimits.client_address"
 # Behind a reverse proxy every request comes from the proxy: name the header it sets with the
 # client's address (e.g. X-Forwarded-For; its last entry is used). Empty: REMOTE_ADDR.
 GPUPLANE_CLIENT_IP_HEADER = env_str("GPUPLANE_CLIENT_IP_HEADER", "")
-# django-ratelimit names only memcached and django-redis as supported (W001); Django's own
-# RedisCache increments with Redis INCRBY (atomic). E003 flags the file cache (see above).
-SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"] + ([] if REDIS_URL else ["django_ratelimit.E003"])
-# Sign-in attempts (POSTs to /accounts/login/ and /admin/login/ together) and token requests
-# (POST /api/v1/auth/token/), per client address; over the limit: 429 with Retry-After.
+# Sliding windows; over a limit: 429 with Retry-After. Per client address: sign-in attempts
+# (POSTs to /accounts/login/ and /admin/login/ together) and token requests (POST /api/v1/auth/token/).
 GPUPLANE_LOGIN_RATE = env_rate("GPUPLANE_LOGIN_RATE", "10/m")
 GPUPLANE_TOKEN_RATE = env_rate("GPUPLANE_TOKEN_RATE", "10/m")
+# Per account, from any address: failed sign-ins on the pages and the token endpoint together.
+GPUPLANE_ACCOUNT_SIGN_IN_RATE = env_rate("GPUPLANE_ACCOUNT_SIGN_IN_RATE", "5/5m")
 # API tokens expire this many hours after they are issued; ask for a new one with the password.
 GPUPLANE_API_TOKEN_TTL_H = env_int("GPUPLANE_API_TOKEN_TTL_H", 720, minimum=1)
 REST_KNOX = {
