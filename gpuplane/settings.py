@@ -231,11 +231,12 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": 3600}
 else:
-    # Embedded broker: kombu's filesystem transport works across processes on one machine.
+    # Embedded broker: kombu's filesystem transport, with whole-file writes (gpuplane/broker.py).
     for sub in ("queue", "processed", "control"):
         (CELERY_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     # "localhost" only silences kombu's "no hostname" warning; the transport ignores it.
     CELERY_BROKER_URL = "filesystem://localhost//"
+    CELERY_BROKER_TRANSPORT = "gpuplane.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(CELERY_BROKER_DIR / "queue"),
         "data_folder_out": str(CELERY_BROKER_DIR / "queue"),

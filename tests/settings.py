@@ -32,6 +32,7 @@ os.environ["GPUPLANE_VAR_DIR"] = SCRATCH_VAR_DIR
 from gpuplane.settings import *  # noqa: E402,F401,F403
 
 CELERY_BROKER_URL = "memory://"
+CELERY_BROKER_TRANSPORT = None  # not the embedded broker's class (gpuplane/broker.py): memory's own
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "gpuplane-tests"}}
 CACHES["ratelimit"] = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "gpuplane-tests-ratelimit"}
