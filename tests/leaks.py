@@ -14,7 +14,6 @@ run the suite on a Redis database no server uses, as CI does.
 """
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
