@@ -9,6 +9,7 @@ class RolloutStatus(LabelledStrEnum):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     ROLLED_BACK = "rolled-back", "Rolled back"
+    ABORTED = "aborted", "Aborted"  # by an operator (its nodes part-way changed were restored)
 
 
 class RolloutStrategy(LabelledStrEnum):
@@ -36,6 +37,7 @@ class NodeState(LabelledStrEnum):
 
 # A rollout in one of these owns its nodes: no second rollout may target them.
 ACTIVE_STATUSES = (RolloutStatus.PENDING, RolloutStatus.RUNNING, RolloutStatus.PAUSED)
-# Nodes in these count as done for the progress bar: their work is finished, whichever way it ended
-# (a rolled-back node was taken back and proven at its previous config). A failed node is not done.
-DONE_NODE_STATES = (NodeState.SUCCEEDED, NodeState.SKIPPED, NodeState.ROLLED_BACK)
+# Nodes in these count as done for the progress bar: at the target config, or left alone with a
+# reason. A rolled-back node is back at its previous config and a failed one never got there:
+# neither is done (the page counts them apart).
+DONE_NODE_STATES = (NodeState.SUCCEEDED, NodeState.SKIPPED)

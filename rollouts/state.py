@@ -23,8 +23,9 @@ ROLLOUT_FROM: dict[str, tuple[str, ...]] = {
     S.SUCCEEDED: (S.RUNNING,),
     S.FAILED: (S.PENDING, S.RUNNING, S.PAUSED),
     S.ROLLED_BACK: (S.RUNNING, S.PAUSED),
+    S.ABORTED: (S.PENDING, S.RUNNING, S.PAUSED),
 }
-_FINAL = (S.SUCCEEDED, S.FAILED, S.ROLLED_BACK)
+_FINAL = (S.SUCCEEDED, S.FAILED, S.ROLLED_BACK, S.ABORTED)
 
 # A node part-way changed (cordoned, owned by its rollout until it is done).
 IN_FLIGHT = (N.PREWARMING, N.DRAINING, N.RECONFIGURING, N.VERIFYING)
