@@ -105,6 +105,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+FORMAT_MODULE_PATH = "gpuplane.formats"  # dates as 2026-11-27 07:19 UTC, not "7:19 a.m." (gpuplane/formats/)
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
