@@ -1,4 +1,4 @@
-"""gpuplane settings, read from the environment (see README.md, "Configuration").
+"""gpuplane settings, read from the environment (see docs/operations.md, "Configuration").
 
 Development defaults are safe and need no external service: SQLite under var/, an embedded
 Celery broker on the filesystem, the simulated cluster. Production sets DATABASE_URL,
@@ -19,7 +19,7 @@ from gpuplane.private_files import persistent_secret_key, secure_var_dir
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPLANE_VAR_DIR", str(BASE_DIR / "var")))
-# --- Safe defaults (README.md, "Configuration"; gpuplane/private_files.py) ---------------------
+# --- Safe defaults (docs/operations.md, "Configuration"; gpuplane/private_files.py) ---------------------
 # var/ and everything created in it are owner-only (umask 077, 0700 directories, 0600 files).
 secure_var_dir(VAR_DIR)
 # DEBUG pages show settings and source: an explicit developer opt-in, never the default.
@@ -252,7 +252,7 @@ CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 INVENTORY_SYNC_INTERVAL_S = env_int("GPUPLANE_INVENTORY_SYNC_INTERVAL_S", 30, minimum=5)
-# --- Telemetry (DESIGN.md section 8) ---------------------------------------------------------
+# --- Telemetry (docs/design.md section 8) ---------------------------------------------------------
 # Where poll_metrics_task reads GPU metrics: simulator, DCGM via Prometheus, none (agents push to the API).
 GPUPLANE_TELEMETRY_SOURCE = env_choice(
     "GPUPLANE_TELEMETRY_SOURCE", "simulated" if GPUPLANE_CLUSTER == "simulated" else "none", ("simulated", "dcgm", "none")
@@ -279,7 +279,7 @@ GPUPLANE_METRICS_TOKEN = env_str("GPUPLANE_METRICS_TOKEN", "")
 # of 40,000 GPUs would be 200,000 series per scrape, and NVIDIA's DCGM exporter already exports them.
 GPUPLANE_METRICS_PER_GPU = env_bool("GPUPLANE_METRICS_PER_GPU", False)
 
-# --- Placement (DESIGN.md section 3; scheduler/services.py) ---------------------------------
+# --- Placement (docs/design.md section 3; scheduler/services.py) ---------------------------------
 # The scheduling profile deploys use: "balanced" (the seed's weights) or "packing", or one of
 # SCHEDULER_PROFILES, which adds or overrides profiles as data (scheduler/core/profiles.py shape).
 GPUPLANE_SCHEDULER_PROFILE = env_str("GPUPLANE_SCHEDULER_PROFILE", "balanced")
@@ -298,21 +298,21 @@ DEPLOYMENT_WATCH_INTERVAL_S = env_int("GPUPLANE_DEPLOYMENT_WATCH_INTERVAL_S", 5,
 # Container image of the workloads gpuplane creates; it reads the model name from MODEL_NAME.
 GPUPLANE_WORKLOAD_IMAGE = env_str("GPUPLANE_WORKLOAD_IMAGE", "vllm/vllm-openai:latest")
 
-# Rolling updates (DESIGN.md section 5): how often the reconciler advances running rollouts, how
+# Rolling updates (docs/design.md section 5): how often the reconciler advances running rollouts, how
 # long one node step (pre-warm, proof) may take before the node is failed and restored, and how
 # long to wait after an eviction answered 429 (a PodDisruptionBudget) before trying again.
 ROLLOUT_RECONCILE_INTERVAL_S = env_int("GPUPLANE_ROLLOUT_RECONCILE_INTERVAL_S", 5, minimum=1)
 ROLLOUT_STEP_TIMEOUT_S = env_int("GPUPLANE_ROLLOUT_STEP_TIMEOUT_S", 600, minimum=10)
 ROLLOUT_EVICTION_BACKOFF_S = env_int("GPUPLANE_ROLLOUT_EVICTION_BACKOFF_S", 10, minimum=1)
 
-# --- Savings (DESIGN.md section 6; savings/) --------------------------------------------------
+# --- Savings (docs/design.md section 6; savings/) --------------------------------------------------
 # Price of one GPU-hour per catalog model in USD, over nodes.gpu_costs.DEFAULT_GPU_PRICE_USD_PER_HOUR,
 # e.g. GPUPLANE_GPU_PRICE_USD_PER_HOUR='{"H100-SXM5-80GB": 6.5, "L4": 0.7}'. Power is the catalog's board power.
 GPU_PRICE_USD_PER_HOUR = env_number_map("GPUPLANE_GPU_PRICE_USD_PER_HOUR")
 # How often a savings sample is recorded, and how long samples are kept (as the telemetry rollups).
 SAVINGS_SAMPLE_INTERVAL_S = env_int("GPUPLANE_SAVINGS_SAMPLE_INTERVAL_S", 300, minimum=10)
 SAVINGS_RETENTION_D = env_int("GPUPLANE_SAVINGS_RETENTION_D", 30, minimum=1)
-# Consolidation (DESIGN.md section 6): how often the analysis runs, how long a proposed plan may
+# Consolidation (docs/design.md section 6): how often the analysis runs, how long a proposed plan may
 # wait for an admin, whether plans are approved automatically (off: an admin decides), the
 # re-placement policy, how many replicas of one deployment a plan may move (its disruption
 # budget), the executor's tick and how long a move may take. GPU prices: GPU_PRICE_USD_PER_HOUR above.
@@ -369,7 +369,7 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# --- HTTPS in production (README.md, "Production"): `manage.py check --deploy` is clean with these set.
+# --- HTTPS in production (docs/operations.md, "Production"): `manage.py check --deploy` is clean with these set.
 # All default off so that `make run` works over plain http on a laptop.
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)

@@ -1,6 +1,6 @@
 """A rollout as rows: one ``RollingUpdate`` and a ``RolloutNode`` per target node.
 
-Both are persisted state machines (DESIGN.md section 5): their ``status``/``state`` change only
+Both are persisted state machines (docs/design.md section 5): their ``status``/``state`` change only
 through ``rollouts.state`` (the lifecycle transition helper: a conditional UPDATE and an audit
 event), so the reconciler that drives them later can crash and resume anywhere.
 """
