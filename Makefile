@@ -3,8 +3,9 @@
 #   make run    web + Celery worker + Celery beat on http://$(HOST):$(PORT); Ctrl-C stops all three
 #   make test   the whole test suite (pass-through: DATABASE_URL, REDIS_URL, PYTEST_ARGS)
 #
-# Only python3 is needed: both create .venv and install requirements.txt on first use, and
-# again only when requirements.txt is newer than the stamp file in .venv.
+# Only python3 is needed: both create .venv on first use. `make run` installs requirements.txt
+# (what runs: no test or lint tool), `make test` requirements-dev.txt (that plus the test and
+# lint tools); each again only when its file is newer than its stamp file in .venv.
 
 PYTHON      ?= python3
 VENV        ?= .venv
@@ -14,9 +15,11 @@ PYTEST_ARGS ?=
 
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
+DEV_STAMP := $(VENV)/.requirements-dev-installed
+PIP_INSTALL := $(PY) -m pip install --disable-pip-version-check --progress-bar off
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test
+.PHONY: help install install-dev run test
 
 help:
 	@echo "make run    start gpuplane on http://$(HOST):$(PORT) (HOST=, PORT= to change); Ctrl-C stops it"
@@ -26,15 +29,24 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): requirements.txt | $(PY)
-	$(PY) -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt
+	$(PIP_INSTALL) -r requirements.txt
+	touch $@
+
+$(DEV_STAMP): requirements-dev.txt $(STAMP)
+	$(PIP_INSTALL) -r requirements-dev.txt
 	touch $@
 
 install: $(STAMP)
+
+install-dev: $(DEV_STAMP)
 
 run: install
 	@# Before anything is printed: a busy port must not come after the login, with nothing to use it.
 	@$(PY) manage.py run_gpuplane --check-port --host $(HOST) --port $(PORT)
 	$(PY) manage.py migrate --noinput
+	@# Hashed, compressed copies of the static files (whitenoise serves them with a long cache);
+	@# files already compressed under the same content hash are kept, so later runs take a second.
+	$(PY) manage.py collectstatic --noinput --verbosity 0
 	@# The demo cluster gives a new user something to look at; --if-empty keeps their own data.
 	@# It lives in the simulator only: a real cluster is never seeded.
 	@if [ "$${GPUPLANE_CLUSTER:-simulated}" = kubernetes ]; then \
@@ -51,5 +63,5 @@ run: install
 	@# exec: the supervisor replaces the shell, so Ctrl-C and SIGTERM reach it directly.
 	exec $(PY) manage.py run_gpuplane --host $(HOST) --port $(PORT)
 
-test: install
+test: install-dev
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -13,14 +13,14 @@ from typing import Any
 from django.utils import timezone
 
 from consolidation.choices import PlanStatus
-from consolidation.models import ConsolidationPlan
-from consolidation.state import move_plan
+from consolidation.models import PLAN_STATES, ConsolidationPlan
+from lifecycle.errors import Conflict
 
 P = PlanStatus
 
 
-class NotAllowed(Exception):
-    """The plan's status does not allow the action; the message says so."""
+class NotAllowed(Conflict):
+    """The plan's status (``status``, in the answer) does not allow the action (409); the message says why."""
 
 
 def expire_stale(now: datetime | None = None) -> int:
@@ -28,30 +28,32 @@ def expire_stale(now: datetime | None = None) -> int:
     moment = now or timezone.now()
     expired = 0
     for plan in ConsolidationPlan.objects.filter(status=P.PROPOSED, expires_at__lte=moment):
-        expired += move_plan(plan, P.EXPIRED, actor="consolidation",
-                             reason=f"not approved before it expired at {plan.expires_at.isoformat()}")
+        expired += PLAN_STATES.move(plan, P.EXPIRED, actor="consolidation",
+                                    reason=f"not approved before it expired at {plan.expires_at.isoformat()}")
     return expired
 
 
 def _decide(plan: ConsolidationPlan, to: str, action: str, actor: Any, reason: str) -> ConsolidationPlan:
     plan.refresh_from_db()
     if plan.status == P.PROPOSED and plan.expires_at <= timezone.now():
-        move_plan(plan, P.EXPIRED, actor="consolidation",
-                  reason=f"not approved before it expired at {plan.expires_at.isoformat()}")
+        PLAN_STATES.move(plan, P.EXPIRED, actor="consolidation",
+                         reason=f"not approved before it expired at {plan.expires_at.isoformat()}")
         plan.refresh_from_db()
     if plan.status != P.PROPOSED:
         raise NotAllowed(f"Cannot {action} a plan that is {plan.status}: only a proposed one"
-                         + (" (it expired; run the analysis again)" if plan.status == P.EXPIRED else "") + ".")
-    if not move_plan(plan, to, actor=actor, reason=reason, values={"decided_by": actor if getattr(actor, "pk", None) else None}):
+                         + (" (it expired; run the analysis again)" if plan.status == P.EXPIRED else "") + ".",
+                         status=plan.status)
+    if not PLAN_STATES.move(plan, to, actor=actor, reason=reason, values={"decided_by": actor if getattr(actor, "pk", None) else None}):
         plan.refresh_from_db()
-        raise NotAllowed(f"Cannot {action} a plan that is {plan.status}: only a proposed one.")
+        raise NotAllowed(f"Cannot {action} a plan that is {plan.status}: only a proposed one.", status=plan.status)
     plan.refresh_from_db()
     return plan
 
 
 def approve(plan: ConsolidationPlan, *, actor: Any = None) -> ConsolidationPlan:
     if not plan.moves:
-        raise NotAllowed("This plan has no moves: there is nothing to approve (it only answers the analysis).")
+        raise NotAllowed("This plan has no moves: there is nothing to approve (it only answers the analysis).",
+                         status=plan.status)
     who = getattr(actor, "username", actor) or "system"
     return _decide(plan, P.APPROVED, "approve", actor, f"approved by {who}")
 

@@ -13,3 +13,14 @@ class PlanStatus(LabelledStrEnum):
 
 
 FINAL_STATUSES = (PlanStatus.EXECUTED, PlanStatus.ABORTED, PlanStatus.REJECTED, PlanStatus.EXPIRED)
+
+P = PlanStatus
+# The plan's state machine (``consolidation.models.PLAN_STATES``): to-status -> the statuses it may come from.
+PLAN_FROM: dict[str, tuple[str, ...]] = {
+    P.APPROVED: (P.PROPOSED,),
+    P.REJECTED: (P.PROPOSED,),
+    P.EXPIRED: (P.PROPOSED,),
+    P.EXECUTING: (P.APPROVED,),
+    P.EXECUTED: (P.EXECUTING,),
+    P.ABORTED: (P.APPROVED, P.EXECUTING),
+}

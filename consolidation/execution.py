@@ -28,8 +28,7 @@ from django.utils import timezone
 
 from consolidation.analysis import changed_nodes
 from consolidation.choices import PlanStatus
-from consolidation.models import ConsolidationPlan
-from consolidation.state import move_plan
+from consolidation.models import PLAN_STATES, ConsolidationPlan
 from lifecycle.audit import record
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError
@@ -68,11 +67,11 @@ def start(plan: ConsolidationPlan, now: datetime) -> bool:
     """Re-validate ``plan``; executing when the cluster is as it relied on, else aborted untouched."""
     changes = changed_nodes(plan)
     if changes:
-        move_plan(plan, P.ABORTED, actor=ACTOR,
-                  reason=f"the cluster changed since the plan was made ({'; '.join(changes)}); nothing was evicted")
+        PLAN_STATES.move(plan, P.ABORTED, actor=ACTOR,
+                         reason=f"the cluster changed since the plan was made ({'; '.join(changes)}); nothing was evicted")
         return False
-    return move_plan(plan, P.EXECUTING, actor=ACTOR, reason="re-validated: the cluster is as the plan relied on",
-                     values={"progress": {"started_at": now.isoformat(), "moves": {}}})
+    return PLAN_STATES.move(plan, P.EXECUTING, actor=ACTOR, reason="re-validated: the cluster is as the plan relied on",
+                            values={"progress": {"started_at": now.isoformat(), "moves": {}}})
 
 
 def _save(plan: ConsolidationPlan) -> None:
@@ -107,7 +106,7 @@ def advance(plan: ConsolidationPlan, cluster: ClusterBackend, now: datetime) -> 
     reason = f"{len(plan.moves) - len(failed)} of {len(plan.moves)} move(s) done"
     if failed:
         reason += f"; kept where they were: {'; '.join(failed)}"
-    move_plan(plan, P.EXECUTED, actor=ACTOR, reason=reason)
+    PLAN_STATES.move(plan, P.EXECUTED, actor=ACTOR, reason=reason)
 
 
 def _choose_index(plan: ConsolidationPlan, entry: dict[str, Any], deployment: Deployment,

@@ -1,7 +1,8 @@
 """A consolidation plan as one row: its moves (JSON), what it frees and saves, and what it relies on.
 
-``status`` changes only through ``consolidation.state`` (the lifecycle transition helper: a
-conditional UPDATE and an audit event). ``fingerprint`` is what the cluster looked like, for
+``status`` changes only through ``PLAN_STATES`` (``lifecycle.transitions.StateMachine``: a
+conditional UPDATE and an audit event ``consolidationplan.<status>``), so an admin and the
+executor racing on a plan cannot both move it. ``fingerprint`` is what the cluster looked like, for
 each node the plan touches, when the plan was made; execution compares it with the cluster then
 and aborts untouched when they differ.
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from consolidation.choices import PlanStatus
+from consolidation.choices import FINAL_STATUSES, PLAN_FROM, PlanStatus
+from lifecycle.transitions import StateMachine
 
 
 def no_disruption() -> dict[str, object]:
@@ -46,3 +48,6 @@ class ConsolidationPlan(models.Model):
 
     def __str__(self) -> str:
         return f"consolidation plan {self.pk} ({self.status})"
+
+
+PLAN_STATES = StateMachine(ConsolidationPlan, PLAN_FROM, final=FINAL_STATUSES, finished_field="finished_at")

@@ -11,7 +11,7 @@ from django.conf import settings
 from consolidation.analysis import analyse
 from consolidation.approval import approve, expire_stale
 from consolidation.execution import advance_plans
-from rollouts.tick_lock import tick_lock
+from lifecycle.locks import tick_lock
 
 logger = logging.getLogger(__name__)
 

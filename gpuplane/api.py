@@ -29,6 +29,7 @@ from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from gpuplane.parsers import too_large_error
+from lifecycle.errors import DomainError
 
 MAX_PAGE_LIMIT = 500
 # 18 digits always fit a signed 64-bit integer; longer numbers are refused before int() sees them.
@@ -37,12 +38,16 @@ MAX_WHOLE_NUMBER = 10**18 - 1
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's handler, plus Django ValidationErrors (from Model.clean) and body limits turned into 400s."""
+    """DRF's handler, plus domain errors (``lifecycle.errors``: their status and body), and Django
+    ValidationErrors (from Model.clean) and body limits turned into 400s."""
     # Django's own body limits, hit when something reads request.POST (the CSRF check) before DRF's parsers.
     if isinstance(exc, RequestDataTooBig):
         exc = too_large_error()
     elif isinstance(exc, (TooManyFieldsSent, TooManyFilesSent)):
         exc = exceptions.ParseError(str(exc))
+    if isinstance(exc, DomainError):
+        # A service's refusal: its own status and body (lifecycle.errors), mapped here once.
+        return Response(exc.body(), status=exc.status_code)
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         exc = exceptions.ValidationError(detail=detail)

@@ -1,10 +1,19 @@
 """The Celery application; configuration comes from Django settings (CELERY_* names)."""
 import logging
 import os
+from typing import Any
 
 from celery import Celery
-from celery.signals import after_setup_logger, after_setup_task_logger, before_task_publish
+from celery.beat import PersistentScheduler
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    before_task_publish,
+    heartbeat_sent,
+    worker_ready,
+)
 
+from gpuplane import liveness
 from gpuplane.redaction import mask_handlers
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuplane.settings")
@@ -32,3 +41,18 @@ def _mark_server_messages(headers: dict | None = None, **kwargs: object) -> None
     marker = os.environ.get(SERVER_ID_ENV)
     if marker and headers is not None:
         headers[SERVER_HEADER] = marker
+
+
+@worker_ready.connect
+@heartbeat_sent.connect
+def _worker_alive(**kwargs: object) -> None:
+    """The worker's consumer runs (heartbeats go out every 2 s): say so to the liveness probe."""
+    liveness.touch()
+
+
+class LivenessScheduler(PersistentScheduler):
+    """Celery beat's default scheduler, telling the liveness probe on every tick that its loop runs."""
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        liveness.touch()
+        return float(super().tick(*args, **kwargs))

@@ -7,17 +7,22 @@ REDIS_URL and GPUPLANE_CLUSTER=kubernetes.
 from __future__ import annotations
 
 from datetime import timedelta
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
-from django.core.exceptions import ImproperlyConfigured
 
+# DRF and the OpenAPI schema: Django reads both names from this module.
+from gpuplane.api_settings import REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401
 from gpuplane.env import env_bool, env_choice, env_header_pair, env_int, env_list, env_number_map, env_rate, env_str
+from gpuplane.logs import logging_config
 from gpuplane.private_files import persistent_secret_key, secure_var_dir
+from gpuplane.production import HSTS_SECONDS, MODES, PRODUCTION, REDIRECT_EXEMPT, check_production
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# `production` (deploy/ sets it): secure defaults, and a start refused on unsafe settings (gpuplane/production.py).
+GPUPLANE_ENV = env_choice("GPUPLANE_ENV", MODES[0], MODES)
+_PRODUCTION = GPUPLANE_ENV == PRODUCTION
 VAR_DIR = Path(env_str("GPUPLANE_VAR_DIR", str(BASE_DIR / "var")))
 # --- Safe defaults (docs/operations.md, "Configuration"; gpuplane/private_files.py) ---------------------
 # var/ and everything created in it are owner-only (umask 077, 0700 directories, 0600 files).
@@ -33,6 +38,8 @@ DEFAULT_EXCEPTION_REPORTER_FILTER = "gpuplane.error_reports.CredentialMaskingRep
 DEFAULT_EXCEPTION_REPORTER = "gpuplane.error_reports.CredentialMaskingExceptionReporter"
 # --- end of safe defaults -------------------------------------------------------------------
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+# The pod's own address (downward API): Prometheus scrapes /metrics at it, as Host.
+ALLOWED_HOSTS += env_list("GPUPLANE_POD_IP", [])
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -55,6 +62,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz first: the kubelet's probes come with the pod's IP as Host, over http (gpuplane/health.py).
+    "gpuplane.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -108,21 +117,24 @@ USE_TZ = True
 FORMAT_MODULE_PATH = "gpuplane.formats"  # dates as 2026-11-27 07:19 UTC, not "7:19 a.m." (gpuplane/formats/)
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "staticfiles"
-# Without DEBUG whitenoise warns about a missing STATIC_ROOT; `make run` serves from the finders.
-STATIC_ROOT.mkdir(exist_ok=True)
-# find_spec locates the plotly package without importing it.
-_plotly_spec = find_spec("plotly")
-if _plotly_spec is None or _plotly_spec.origin is None:
-    raise ImproperlyConfigured("the plotly package is not installed: run `make install` (requirements.txt pins it)")
-STATICFILES_DIRS = [
-    BASE_DIR / "static",
-    # plotly.js as shipped inside the pinned `plotly` package, served at
-    # /static/vendor/plotly/plotly.min.js: no CDN, and no copy of it in the repository.
-    ("vendor/plotly", Path(_plotly_spec.origin).parent / "package_data"),
+# Hashed, compressed copies (gpuplane/staticfiles.py): `collectstatic` writes them here (the image
+# at build time, `make run` before it starts), whitenoise serves them with a year's cache.
+STATIC_ROOT = Path(env_str("GPUPLANE_STATIC_ROOT", str(VAR_DIR / "staticfiles")))
+STATIC_ROOT.mkdir(exist_ok=True)  # else whitenoise warns on every start before the first collect
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "gpuplane.staticfiles.CompressedManifestStorage"},
+}
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "gpuplane.staticfiles.PlotlyFinder",  # /static/vendor/plotly/plotly.min.js from the plotly package
 ]
-# The app serves its own assets (no CDN); whitenoise finds them without collectstatic, DEBUG or not.
-WHITENOISE_USE_FINDERS = True
+# Brotli quality of the collected copies, 0-11 (gpuplane/staticfiles.py: the image builds with 11).
+STATIC_BROTLI_QUALITY = env_int("GPUPLANE_STATIC_BROTLI_QUALITY", 9, minimum=0)
+# Outside production the originals are served too, so a page works before collectstatic has run.
+WHITENOISE_USE_FINDERS = not _PRODUCTION
 # Files served at the site root, for clients that ask without reading the page (/favicon.ico).
 WHITENOISE_ROOT = BASE_DIR / "webroot"
 WHITENOISE_AUTOREFRESH = DEBUG
@@ -132,54 +144,6 @@ LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
-REST_FRAMEWORK = {
-    # Token first so that an anonymous request gets 401 with WWW-Authenticate, not 403.
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "gpuplane.tokens.APITokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-        # `Authorization: Bearer <agent key>`: recognised everywhere so that an agent key is refused
-        # with 403 (it holds no role) instead of being ignored; only telemetry accepts it.
-        "nodes.authentication.NodeAgentTokenAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["gpuplane.roles.RolePermission"],
-    "DEFAULT_FILTER_BACKENDS": [
-        # An unknown query parameter is a 400 naming it, not silently ignored (gpuplane/strict_input.py).
-        "gpuplane.strict_input.StrictQueryParametersFilter",
-        "django_filters.rest_framework.DjangoFilterBackend",
-        # DRF's OrderingFilter, but an unknown field is a 400 instead of being ignored.
-        "gpuplane.api.StrictOrderingFilter",
-    ],
-    # DRF's LimitOffsetPagination, limit capped at 500, bad limit/offset a 400.
-    "DEFAULT_PAGINATION_CLASS": "gpuplane.api.CappedLimitOffsetPagination",
-    "PAGE_SIZE": 50,
-    # DRF's JSON, form and multipart parsers with size and nesting limits: any body parses or is a 400.
-    "DEFAULT_PARSER_CLASSES": [
-        "gpuplane.parsers.LimitedJSONParser",
-        "gpuplane.parsers.LimitedFormParser",
-        "gpuplane.parsers.LimitedMultiPartParser",
-    ],
-    "DEFAULT_SCHEMA_CLASS": "gpuplane.schema.GpuplaneAutoSchema",
-    "EXCEPTION_HANDLER": "gpuplane.api.exception_handler",
-}
-
-SPECTACULAR_SETTINGS = {
-    "TITLE": "gpuplane API",
-    "DESCRIPTION": "Placement and GPU sharing control plane for Kubernetes GPU clusters.",
-    "VERSION": "1.0.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    # Tag and name operations by resource ("nodes_list"), not by the version prefix ("v1_nodes_list").
-    "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
-    # The schema and Swagger UI need the same login and role as the API they describe.
-    "SERVE_PERMISSIONS": ["gpuplane.roles.RolePermission"],
-    # Swagger UI assets come from the drf-spectacular-sidecar package: served locally, no CDN.
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
-    # A node's sharing_mode and a sharing config's mode are one vocabulary: one enum in the schema.
-    "ENUM_NAME_OVERRIDES": {"SharingModeEnum": "nodes.vocabulary.SharingMode.choices"},
-    # Form-encoded bodies have no null and no objects: their own components (gpuplane/schema.py).
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "gpuplane.schema.postprocess_form_bodies"],
-}
 INSTALLED_APPS.append("drf_spectacular_sidecar")
 
 # --- Cluster ------------------------------------------------------------------------------
@@ -191,22 +155,29 @@ GPUPLANE_KUBECONFIG = env_str("GPUPLANE_KUBECONFIG", "")
 # Where the NVIDIA device plugin DaemonSet runs (the GPU operator's namespace by default).
 GPUPLANE_DEVICE_PLUGIN_NAMESPACE = env_str("GPUPLANE_DEVICE_PLUGIN_NAMESPACE", "gpu-operator")
 
-# --- Caches every process shares: Redis when REDIS_URL is set, else files under var/ ---------
-# default: locks such as the sync overlap guard; ratelimit: sign-in and token counters
-# (gpuplane/ratelimits.py; the file cache's increments are not atomic, so a burst of concurrent
-# guesses may slip a few past the limit: use Redis in production); fleet: the fleet pages' and
-# /metrics' figures, kept one telemetry poll interval (nodes/fleet.py), computed once, not per worker.
+# --- Cache (locks such as the sync overlap guard must be seen by every worker process) --------
 REDIS_URL = env_str("REDIS_URL", "")
+# Put before every key gpuplane writes to Redis (caches and broker): two installations can share one Redis.
+REDIS_KEY_PREFIX = env_str("GPUPLANE_REDIS_KEY_PREFIX", "")
 
 
-def _shared_cache(folder: str, key_prefix: str = "") -> dict[str, Any]:
+def _cache(key_prefix: str, folder: str) -> dict[str, Any]:
+    """Redis when REDIS_URL is set (shared by every process), else files under var/ (one machine)."""
     if REDIS_URL:
-        return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": key_prefix}
+        return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                "KEY_PREFIX": REDIS_KEY_PREFIX + key_prefix}
     return {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / folder)}
 
 
-CACHES = {"default": _shared_cache("cache"), "ratelimit": _shared_cache("ratelimit-cache", "gpuplane-ratelimit"),
-          "fleet": _shared_cache("fleet-cache", "gpuplane-fleet")}
+CACHES = {
+    "default": _cache("", "cache"),
+    # Sign-in and token rate limit counters (gpuplane/ratelimits.py). The file cache's increments
+    # are not atomic, so a burst of concurrent guesses may slip a few past the limit: use Redis.
+    "ratelimit": _cache("gpuplane-ratelimit", "ratelimit-cache"),
+    # The fleet pages' and /metrics' figures, kept for one telemetry poll interval (nodes/fleet.py),
+    # shared by every web worker so a fleet is summarised once per interval, not once per worker.
+    "fleet": _cache("gpuplane-fleet", "fleet-cache"),
+}
 # --- Sign-in and API tokens: rate limits and token lifetime (gpuplane/ratelimits.py, gpuplane/tokens.py) ---
 RATELIMIT_USE_CACHE = "ratelimit"
 # Behind a reverse proxy every request comes from the proxy: name the header it sets with the
@@ -231,6 +202,8 @@ CELERY_BROKER_DIR = VAR_DIR / "celery-broker"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": 3600}
+    if REDIS_KEY_PREFIX:
+        CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = REDIS_KEY_PREFIX
 else:
     # Embedded broker: kombu's filesystem transport, with whole-file writes (gpuplane/broker.py).
     for sub in ("queue", "processed", "control"):
@@ -251,6 +224,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULER = "gpuplane.celery:LivenessScheduler"  # beat's own, plus the liveness file
 INVENTORY_SYNC_INTERVAL_S = env_int("GPUPLANE_INVENTORY_SYNC_INTERVAL_S", 30, minimum=5)
 # --- Telemetry (docs/design.md section 8) ---------------------------------------------------------
 # Where poll_metrics_task reads GPU metrics: simulator, DCGM via Prometheus, none (agents push to the API).
@@ -369,28 +343,23 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# --- HTTPS in production (docs/operations.md, "Production"): `manage.py check --deploy` is clean with these set.
-# All default off so that `make run` works over plain http on a laptop.
-SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
-SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+# --- HTTPS (docs/install.md): on by default in production, off for `make run` over plain http.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _PRODUCTION)
+SECURE_REDIRECT_EXEMPT = REDIRECT_EXEMPT
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", HSTS_SECONDS if _PRODUCTION else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
-CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
-# Behind a TLS-terminating proxy: the header it sets, e.g. `X-Forwarded-Proto: https`. Only set it
-# when the proxy always sets (or strips) that header, or a client can claim https.
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _PRODUCTION)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _PRODUCTION)
+# Behind a TLS-terminating proxy: the header it sets, e.g. `X-Forwarded-Proto: https` (only if the
+# proxy always sets or strips it, else a client can claim https).
 SECURE_PROXY_SSL_HEADER = env_header_pair("SECURE_PROXY_SSL_HEADER")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
-# --- end of HTTPS in production --------------------------------------------------------------
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    # URL credentials (REDIS_URL's password, ...) are masked in every line (gpuplane/redaction.py).
-    "filters": {"mask_credentials": {"()": "gpuplane.redaction.CredentialMaskingLogFilter"}},
-    "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["mask_credentials"]},
-    },
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-}
+# One JSON object per line on standard output in production, for the cluster's log collector.
+LOGGING = logging_config(level=env_str("LOG_LEVEL", "INFO"), json_lines=_PRODUCTION)
+# Celery keeps Django's logging (JSON included) instead of installing its own handlers.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = not _PRODUCTION
+
+if _PRODUCTION:
+    check_production(globals())

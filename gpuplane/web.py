@@ -1,4 +1,5 @@
-"""Page helpers every app's server-rendered views share: the role gate and the list-page context.
+"""Page helpers every app's server-rendered views share: the role gate, the list-page context and
+the filter bar's drop-downs.
 
 A base module: the apps (nodes, scheduler, lifecycle) may import it, and it imports nothing from
 them, so that app pages never depend on the project's own dashboard (gpuplane.views).
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django import forms
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -53,3 +55,24 @@ def filter_list_context(request: HttpRequest, filterset: FilterSet) -> dict[str,
         "item_name": str(meta.verbose_name),
         "item_name_plural": str(meta.verbose_name_plural),
     }
+
+
+class ListDropdown(forms.Select):
+    """A drop-down for a multi-value filter field: one pick on the page, a list for the form.
+
+    A FilterSet shared with the API has multi-value filters (`?gpu_model=A&gpu_model=B`, "A or
+    B"), which would render as tall multi-select boxes; a filter bar reads better with drop-downs
+    that start at "Any".
+    """
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> list[str]:
+        values = data.getlist(name) if hasattr(data, "getlist") else [data.get(name)]
+        return [value for value in values if value]
+
+
+def use_dropdowns(form: forms.Form) -> None:
+    """Swap multi-select widgets of a filter form for ListDropdown, keeping their choices."""
+    for bound_field in form:
+        field = bound_field.field
+        if isinstance(field, forms.MultipleChoiceField):
+            field.widget = ListDropdown(choices=[("", "Any"), *field.choices])

@@ -16,15 +16,21 @@ Typical use in a task::
 
 Nothing here is released by a timer or a signal: a guard whose owner died (a worker killed by
 its hard time limit) frees itself by expiry only, so `ttl_s` must outlast the task's run.
+
+`tick_lock` is the guard for ticks that must never run twice at once yet must not stall after a
+crash (the rollout reconciler, the consolidation executor): on PostgreSQL a session advisory
+lock, which the server drops the moment its holder's connection dies.
 """
 from __future__ import annotations
 
 import time
 import uuid
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.core.cache import cache
+from django.db import DatabaseError, connection
 
 
 @contextmanager
@@ -72,3 +78,40 @@ def _release_if_owner(key: str, token: str) -> None:
     # longer than the run rules out.
     if cache.get(key) == token:
         cache.delete(key)
+
+
+def advisory_key(name: str) -> int:
+    """A stable 32-bit key for ``name`` (pg_try_advisory_lock takes a bigint; every process computes the same)."""
+    return zlib.crc32(name.encode())
+
+
+@contextmanager
+def tick_lock(name: str, *, ttl_s: float) -> Iterator[bool]:
+    """Hold the lock ``name`` for the body of the ``with`` if nobody holds it; yield whether this caller got it.
+
+    Two ticks at once would drive the same step twice (place two copies of a replica). A worker
+    killed mid-tick (SIGKILL, OOM, a lost host) runs no ``finally``, so an expiring lock
+    (``single_run``) would hold every later tick off until it expires. On PostgreSQL the lock is
+    therefore a session advisory lock on the tick's connection: the server drops it the moment
+    that connection closes, which a dead process's does at once. It is a session lock, not a
+    transaction one, so the steps still commit as they go (their progress must survive the crash
+    they protect against). Elsewhere (SQLite, development) it falls back to ``single_run``, whose
+    ``ttl_s`` (the task's hard time limit and more) then holds ticks off after a crash.
+    """
+    if connection.vendor != "postgresql":
+        with single_run(name, ttl_s=ttl_s) as acquired:
+            yield acquired
+        return
+    key = advisory_key(name)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        acquired = bool(cursor.fetchone()[0])
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+            except DatabaseError:  # the connection broke: the server dropped the lock with it
+                pass

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from django import forms
 from django.conf import settings
 from django.db.models import Avg, Count, IntegerField, OuterRef, Prefetch, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
@@ -21,7 +20,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views.generic import DetailView, ListView, TemplateView
 
-from gpuplane.web import RoleRequiredMixin, filter_list_context
+from gpuplane.web import RoleRequiredMixin, filter_list_context, use_dropdowns
 from nodes.api.series import DEFAULT_RANGE, RANGES
 from nodes.figures import format_gb, format_number, format_percent, gpu_equivalent, listed_shares
 from nodes.filtersets import NodeFilterSet
@@ -179,26 +178,6 @@ def telemetry_context(request: HttpRequest, series_url: str, *, has_samples: boo
         # Charts refresh as often as samples arrive: faster would fetch the same points again.
         "telemetry_interval_s": settings.TELEMETRY_POLL_INTERVAL_S,
     }
-
-
-class ListDropdown(forms.Select):
-    """A drop-down for a multi-value filter field: one pick on the page, a list for the form.
-
-    NodeFilterSet's multi-value filters (`?gpu_model=A&gpu_model=B`) would render as tall
-    multi-select boxes; a filter bar reads better with drop-downs that start at "Any".
-    """
-
-    def value_from_datadict(self, data: Any, files: Any, name: str) -> list[str]:
-        values = data.getlist(name) if hasattr(data, "getlist") else [data.get(name)]
-        return [value for value in values if value]
-
-
-def use_dropdowns(form: forms.Form) -> None:
-    """Swap multi-select widgets of a filter form for ListDropdown, keeping their choices."""
-    for bound_field in form:
-        field = bound_field.field
-        if isinstance(field, forms.MultipleChoiceField):
-            field.widget = ListDropdown(choices=[("", "Any"), *field.choices])
 
 
 class NodeListView(RoleRequiredMixin, ListView):

@@ -9,7 +9,7 @@ class RolloutNodeInline(admin.TabularInline):
     model = RolloutNode
     extra = 0
     fields = ("node_name", "state", "batch_index", "reason")
-    # States move only through rollouts.state (audited); the admin shows them.
+    # States move only through the state machines in rollouts.models (audited); the admin shows them.
     readonly_fields = ("node_name", "state", "batch_index", "reason")
 
 

@@ -41,3 +41,34 @@ ACTIVE_STATUSES = (RolloutStatus.PENDING, RolloutStatus.RUNNING, RolloutStatus.P
 # reason. A rolled-back node is back at its previous config and a failed one never got there:
 # neither is done (the page counts them apart).
 DONE_NODE_STATES = (NodeState.SUCCEEDED, NodeState.SKIPPED)
+
+
+S, N = RolloutStatus, NodeState
+# The state machines (``rollouts.models``): to-status -> the statuses it may come from.
+ROLLOUT_FROM: dict[str, tuple[str, ...]] = {
+    S.RUNNING: (S.PENDING, S.PAUSED),
+    S.PAUSED: (S.RUNNING,),
+    S.SUCCEEDED: (S.RUNNING,),
+    S.FAILED: (S.PENDING, S.RUNNING, S.PAUSED),
+    S.ROLLED_BACK: (S.RUNNING, S.PAUSED),
+    S.ABORTED: (S.PENDING, S.RUNNING, S.PAUSED),
+}
+FINAL_STATUSES = (S.SUCCEEDED, S.FAILED, S.ROLLED_BACK, S.ABORTED)
+
+# A node part-way changed (cordoned, owned by its rollout until it is done).
+IN_FLIGHT = (N.PREWARMING, N.DRAINING, N.RECONFIGURING, N.VERIFYING)
+NODE_FROM: dict[str, tuple[str, ...]] = {
+    # From succeeded: rolled back through the same steps, towards its previous config.
+    N.PREWARMING: (N.PENDING, N.SUCCEEDED),
+    N.DRAINING: (N.PREWARMING,),
+    N.RECONFIGURING: (N.DRAINING,),
+    N.VERIFYING: (N.RECONFIGURING,),
+    N.MOVING_BACK: (N.VERIFYING,),  # rollouts.move_back
+    N.SUCCEEDED: (N.VERIFYING, N.MOVING_BACK),
+    N.FAILED: IN_FLIGHT,
+    # Not started when its rollout rolls back, or found holding a do-not-disrupt pod before
+    # anything on it changed.
+    N.SKIPPED: (N.PENDING, N.PREWARMING, N.DRAINING),
+    # Proven back at its previous config (verifying), or stopped part-way and restored.
+    N.ROLLED_BACK: (N.FAILED, N.SUCCEEDED, *IN_FLIGHT),
+}

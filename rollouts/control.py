@@ -1,6 +1,6 @@
 """What a user may do to a rollout: start, pause, resume, abort (``act``).
 
-Each is one move of the rollout's state machine (``rollouts.state``); the reconciler does the
+Each is one move of the rollout's state machine (``rollouts.models.ROLLOUT_STATES``); the reconciler does the
 work. Starting first runs the preview again on the cluster as it is now, and is refused when a
 workload that must move has nowhere to go any more. ``NotAllowed`` (a 409) says why when the rollout's status does not allow the action.
 Pausing stops the reconciler between steps; a node part-way changed stays as it is (cordoned,
@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from lifecycle.errors import Conflict
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend
 from nodes.sharing.node_config import NodeConfig
-from rollouts.choices import NodeState, RolloutStatus
-from rollouts.models import RollingUpdate
+from rollouts.choices import ROLLOUT_FROM, NodeState, RolloutStatus
+from rollouts.models import ROLLOUT_STATES, RollingUpdate
 from rollouts.preview import preview
 from rollouts.reconciler import restore_in_flight
-from rollouts.state import ROLLOUT_FROM, move_rollout
 
 S = RolloutStatus
 
@@ -34,8 +34,9 @@ ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 assert all(set(allowed) <= set(ROLLOUT_FROM[to]) for to, allowed in ACTIONS.values())
 
 
-class NotAllowed(Exception):
-    """The rollout's status does not allow the action; the message says so."""
+class NotAllowed(Conflict):
+    """The rollout's status (``status``, in the answer) does not allow the action, or it is not
+    safe to start now (409); the message says why."""
 
 
 def act(rollout: RollingUpdate, action: str, *, actor: Any = None,
@@ -46,7 +47,7 @@ def act(rollout: RollingUpdate, action: str, *, actor: Any = None,
         raise ValueError(f"unknown action {action!r}")
     to, allowed = ACTIONS[action]
     if rollout.status not in allowed:
-        raise NotAllowed(_refusal(action, rollout.status, allowed))
+        raise NotAllowed(_refusal(action, rollout.status, allowed), status=rollout.status)
     if action == "start":
         _check_still_safe(rollout, cluster)
     reason = f"{action} by {getattr(actor, 'username', actor) or 'system'}"
@@ -56,7 +57,7 @@ def act(rollout: RollingUpdate, action: str, *, actor: Any = None,
             reason += f"; restored {', '.join(restored)}"
     if not _move(rollout, to, allowed, actor, reason):
         rollout.refresh_from_db()
-        raise NotAllowed(_refusal(action, rollout.status, allowed))
+        raise NotAllowed(_refusal(action, rollout.status, allowed), status=rollout.status)
     rollout.refresh_from_db()
     return rollout
 
@@ -67,7 +68,7 @@ def _move(rollout: RollingUpdate, to: str, allowed: tuple[str, ...], actor: Any,
     rollout.refresh_from_db(fields=["status"])
     if rollout.status not in allowed:
         return False
-    return move_rollout(rollout, to, actor=actor, reason=reason)
+    return ROLLOUT_STATES.move(rollout, to, actor=actor, reason=reason)
 
 
 def _check_still_safe(rollout: RollingUpdate, cluster: ClusterBackend | None) -> None:
@@ -78,7 +79,7 @@ def _check_still_safe(rollout: RollingUpdate, cluster: ClusterBackend | None) ->
     shown = preview(names, config, strategy=rollout.strategy, max_unavailable=rollout.max_unavailable,
                     rollout_id=rollout.pk, cluster=cluster)
     if shown.blockers:
-        raise NotAllowed(f"Not safe to start now: {'; '.join(shown.blockers)}.")
+        raise NotAllowed(f"Not safe to start now: {'; '.join(shown.blockers)}.", status=rollout.status)
 
 
 def _refusal(action: str, status: str, allowed: tuple[str, ...]) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from django.db import transaction
 
 from lifecycle.audit import record
+from lifecycle.errors import Conflict, InvalidRequest
 from nodes.models import Node
 from nodes.node_configs import applied_config, validate_for_node
 from nodes.sharing.node_config import InvalidNodeConfig, NodeConfig
@@ -28,18 +29,22 @@ from scheduler.core.maintenance_window import MaintenanceWindow
 ROLLOUT_CREATED = "rollingupdate.created"
 
 
-class InvalidRollout(Exception):
-    def __init__(self, errors: dict[str, Any]) -> None:
-        super().__init__(str(errors))
-        self.errors = errors
+class InvalidRollout(InvalidRequest):
+    """The request is invalid (400): ``errors`` are messages per field."""
 
 
-class RolloutRefused(Exception):
-    """The preview shows the rollout cannot be done safely now; nothing was stored."""
+class RolloutRefused(Conflict):
+    """The preview shows the rollout cannot be done safely now (409); nothing was stored.
+
+    The answer carries the reasons and the whole preview."""
 
     def __init__(self, preview: Preview) -> None:
-        super().__init__("; ".join(preview.blockers))
+        super().__init__("The rollout cannot be done safely now; nothing was stored.")
         self.preview = preview
+        self.reasons = preview.blockers
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.detail, "reasons": list(self.preview.blockers), "preview": self.preview.as_dict()}
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The rollout form and the rollouts list filter of the web UI.
+"""The rollout form of the web UI (the list's filter is ``rollouts.filtersets``, shared with the API).
 
 The form only turns text into the API's body (the MIG layout box into a dict); what a valid
 rollout is lives once: the API's ``RolloutCreateSerializer`` for the shape and
@@ -10,28 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import django_filters
 from django import forms
 
 from nodes.models import Node
 from nodes.vocabulary import SharingMode
 from rollouts.api.serializers import MAX_UNAVAILABLE, RolloutCreateSerializer
-from rollouts.choices import OnFailure, RolloutStatus, RolloutStrategy
+from rollouts.choices import OnFailure, RolloutStrategy
 from rollouts.creating import InvalidRollout, RolloutRequest, validate_request
-from rollouts.models import RollingUpdate
 
 # Where the API's nested config errors go on this flat form.
 CONFIG_FIELDS = ("mode", "replicas", "mig_layout")
 # The maintenance window's keys -> this form's fields.
 WINDOW_FIELDS = {"cron": "window_cron", "duration_minutes": "window_duration_minutes", "timezone": "window_timezone"}
-
-
-class RolloutFilterSet(django_filters.FilterSet):
-    status = django_filters.MultipleChoiceFilter(choices=RolloutStatus.choices())
-
-    class Meta:
-        model = RollingUpdate
-        fields = ["status"]
 
 
 def parse_mig_layout(text: str) -> dict[str, int] | None:

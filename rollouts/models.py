@@ -1,15 +1,27 @@
 """A rollout as rows: one ``RollingUpdate`` and a ``RolloutNode`` per target node.
 
 Both are persisted state machines (docs/design.md section 5): their ``status``/``state`` change only
-through ``rollouts.state`` (the lifecycle transition helper: a conditional UPDATE and an audit
-event), so the reconciler that drives them later can crash and resume anywhere.
+through ``ROLLOUT_STATES`` and ``NODE_STATES`` (``lifecycle.transitions.StateMachine``: a
+conditional UPDATE and an audit event, ``rollingupdate.<status>`` / ``rolloutnode.<state>``), so
+a racing user and reconciler cannot both move the same row, and the reconciler that drives them
+can crash and resume anywhere.
 """
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
 
-from rollouts.choices import DONE_NODE_STATES, NodeState, OnFailure, RolloutStatus, RolloutStrategy
+from lifecycle.transitions import StateMachine
+from rollouts.choices import (
+    DONE_NODE_STATES,
+    FINAL_STATUSES,
+    NODE_FROM,
+    ROLLOUT_FROM,
+    NodeState,
+    OnFailure,
+    RolloutStatus,
+    RolloutStrategy,
+)
 
 
 class RollingUpdate(models.Model):
@@ -69,3 +81,8 @@ class RolloutNode(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_name} in rollout {self.rollout_id} ({self.state})"
+
+
+ROLLOUT_STATES = StateMachine(RollingUpdate, ROLLOUT_FROM, note_field="message", final=FINAL_STATUSES,
+                              finished_field="finished_at", started=(RolloutStatus.RUNNING,), started_field="started_at")
+NODE_STATES = StateMachine(RolloutNode, NODE_FROM, field="state")

@@ -30,8 +30,7 @@ from django.conf import settings
 from lifecycle.audit import record
 from nodes.cluster.base import ClusterBackend, ClusterError
 from rollouts.choices import NodeState
-from rollouts.models import RolloutNode
-from rollouts.state import move_node
+from rollouts.models import NODE_STATES, RolloutNode
 from rollouts.steps import ACTIVE_PLACEMENTS, ACTOR, note_waiting, replica_index_for, save_progress
 from scheduler.models import Placement
 from scheduler.services.errors import DeployFailed, NoCapacity
@@ -61,7 +60,7 @@ def advance_move_back(step: RolloutNode, cluster: ClusterBackend, now: datetime)
     reason = f"{len(back)} workload replica(s) moved back"
     if stays:
         reason += f"; {len(stays)} stayed elsewhere: {'; '.join(sorted(stays.values()))}"
-    move_node(step, NodeState.SUCCEEDED, actor=ACTOR, reason=reason)
+    NODE_STATES.move(step, NodeState.SUCCEEDED, actor=ACTOR, reason=reason)
 
 
 def _place_homes(step: RolloutNode, cluster: ClusterBackend, timed_out: bool) -> int:

@@ -25,10 +25,9 @@ from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend
 from rollouts.blue_green import hold_for_pool
 from rollouts.choices import NodeState, OnFailure, RolloutStatus, RolloutStrategy
-from rollouts.models import RollingUpdate, RolloutNode
+from rollouts.models import ROLLOUT_STATES, RollingUpdate, RolloutNode
 from rollouts.move_back import advance_move_back
 from rollouts.rollback import advance_rollback, rolls_back
-from rollouts.state import move_rollout
 from rollouts.steps import ACTOR, IN_FLIGHT, advance_node, cordon_batch, fail_node
 from rollouts.windows import hold_outside_window
 
@@ -96,7 +95,7 @@ def _pause_for_failures(rollout: RollingUpdate) -> bool:
         if not failed:
             return False
         reason = "; ".join(f"{s.node_name} failed: {s.reason}" for s in failed)
-        if not move_rollout(rollout, RolloutStatus.PAUSED, actor=ACTOR, reason=reason):
+        if not ROLLOUT_STATES.move(rollout, RolloutStatus.PAUSED, actor=ACTOR, reason=reason):
             return False
         for step in failed:
             RolloutNode.objects.filter(pk=step.pk).update(progress={**step.progress, PAUSED_FOR_IT: True})
@@ -106,13 +105,13 @@ def _pause_for_failures(rollout: RollingUpdate) -> bool:
 def _finish(rollout: RollingUpdate, steps: list[RolloutNode]) -> str:
     failed = sorted(s.node_name for s in steps if s.state == NodeState.FAILED)
     if failed:
-        move_rollout(rollout, RolloutStatus.FAILED, actor=ACTOR, reason=f"finished; failed: {', '.join(failed)}")
+        ROLLOUT_STATES.move(rollout, RolloutStatus.FAILED, actor=ACTOR, reason=f"finished; failed: {', '.join(failed)}")
         return "failed"
     skipped = sorted(s.node_name for s in steps if s.state == NodeState.SKIPPED)
     reason = "every node proven at the new config"
     if skipped:
         reason = f"every other node proven at the new config; skipped (see each reason): {', '.join(skipped)}"
-    move_rollout(rollout, RolloutStatus.SUCCEEDED, actor=ACTOR, reason=reason)
+    ROLLOUT_STATES.move(rollout, RolloutStatus.SUCCEEDED, actor=ACTOR, reason=reason)
     return "succeeded"
 
 

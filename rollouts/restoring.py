@@ -20,8 +20,7 @@ from nodes.models import Node
 from nodes.node_configs import set_desired_config
 from nodes.sharing.node_config import InvalidNodeConfig
 from rollouts.choices import NodeState
-from rollouts.models import RolloutNode
-from rollouts.state import move_node
+from rollouts.models import NODE_STATES, RolloutNode
 from scheduler.choices import PlacementStatus
 from scheduler.models import Placement
 from scheduler.services.placing import release_replica
@@ -34,12 +33,12 @@ NODE_RESTORED = "rolloutnode.restored"
 
 def fail_node(step: RolloutNode, cluster: ClusterBackend, reason: str) -> None:
     """Restore the node (best effort: what could not be undone is added to the reason), then fail it."""
-    move_node(step, NodeState.FAILED, actor=ACTOR, reason=_with_problems(reason, restore(step, cluster)))
+    NODE_STATES.move(step, NodeState.FAILED, actor=ACTOR, reason=_with_problems(reason, restore(step, cluster)))
 
 
 def skip_node(step: RolloutNode, cluster: ClusterBackend, reason: str) -> None:
     """Restore the node (its labels were never switched: uncordon it, give the copies up), then skip it."""
-    move_node(step, NodeState.SKIPPED, actor=ACTOR, reason=_with_problems(reason, restore(step, cluster)))
+    NODE_STATES.move(step, NodeState.SKIPPED, actor=ACTOR, reason=_with_problems(reason, restore(step, cluster)))
 
 
 def want_config(step: RolloutNode, config: dict[str, Any] | None, *, reason: str) -> None:

@@ -25,11 +25,10 @@ from datetime import datetime
 from lifecycle.transitions import transition
 from nodes.cluster.base import ClusterBackend
 from nodes.sharing.node_config import NodeConfig
-from rollouts.choices import NodeState, OnFailure, RolloutStatus
-from rollouts.models import RollingUpdate, RolloutNode
+from rollouts.choices import IN_FLIGHT, NodeState, OnFailure, RolloutStatus
+from rollouts.models import NODE_STATES, ROLLOUT_STATES, RollingUpdate, RolloutNode
 from rollouts.move_back import advance_move_back
 from rollouts.restoring import ACTOR, restore
-from rollouts.state import IN_FLIGHT, move_node, move_rollout
 from rollouts.steps import ROLLBACK, advance_node, cordon_batch, rolling_back
 
 ROLLING_BACK = "rolling back"
@@ -48,8 +47,8 @@ def advance_rollback(rollout: RollingUpdate, steps: list[RolloutNode], cluster: 
     _announce(rollout, failed)
     for step in steps:
         if step.state == NodeState.PENDING:
-            move_node(step, NodeState.SKIPPED, actor=ACTOR,
-                      reason=f"not started: the rollout rolls back after {failed} failed (nothing on it was changed)")
+            NODE_STATES.move(step, NodeState.SKIPPED, actor=ACTOR,
+                             reason=f"not started: the rollout rolls back after {failed} failed (nothing on it was changed)")
         elif step.state in IN_FLIGHT and not rolling_back(step):
             _stop(step, cluster, failed)
         elif step.state == NodeState.MOVING_BACK:
@@ -83,11 +82,11 @@ def _stop(step: RolloutNode, cluster: ClusterBackend, failed: str) -> None:
     """A node part-way through the forward change: restored as a failed node is, then rolled-back."""
     problems = restore(step, cluster)
     if problems:
-        move_node(step, NodeState.FAILED, actor=ACTOR,
-                  reason=f"stopped part-way (rollback after {failed} failed); restoring it: {'; '.join(problems)}")
+        NODE_STATES.move(step, NodeState.FAILED, actor=ACTOR,
+                         reason=f"stopped part-way (rollback after {failed} failed); restoring it: {'; '.join(problems)}")
         return
-    move_node(step, NodeState.ROLLED_BACK, actor=ACTOR,
-              reason=f"stopped part-way and restored (previous labels, uncordoned): rollback after {failed} failed")
+    NODE_STATES.move(step, NodeState.ROLLED_BACK, actor=ACTOR,
+                     reason=f"stopped part-way and restored (previous labels, uncordoned): rollback after {failed} failed")
 
 
 def _begin_batch(steps: list[RolloutNode], going_back: list[RolloutNode], now: datetime) -> list[RolloutNode]:
@@ -103,9 +102,9 @@ def _begin_batch(steps: list[RolloutNode], going_back: list[RolloutNode], now: d
             continue
         previous = NodeConfig.of(**step.previous_config).describe() if step.previous_config else "?"
         # One UPDATE: the state and a fresh progress (the forward pass's kept under "forward").
-        if move_node(step, NodeState.PREWARMING, actor=ACTOR,
-                     reason=f"rolling back to {previous}: moving its workloads elsewhere first",
-                     values={"progress": {ROLLBACK: True, "forward": step.progress}, "step_started_at": now,
+        if NODE_STATES.move(step, NodeState.PREWARMING, actor=ACTOR,
+                            reason=f"rolling back to {previous}: moving its workloads elsewhere first",
+                            values={"progress": {ROLLBACK: True, "forward": step.progress}, "step_started_at": now,
                              "retry_at": None}):
             started.append(step)
     return started
@@ -116,8 +115,8 @@ def _finish(rollout: RollingUpdate, steps: list[RolloutNode], failed: str) -> st
     undone = sorted(s.node_name for s in steps if s.state == NodeState.ROLLED_BACK)
     summary = f"{failed} failed; rolled back: {', '.join(undone) or 'none (nothing else had changed)'}"
     if not_undone:
-        move_rollout(rollout, RolloutStatus.FAILED, actor=ACTOR,
-                     reason=f"{summary}; could not roll back: {', '.join(not_undone)}")
+        ROLLOUT_STATES.move(rollout, RolloutStatus.FAILED, actor=ACTOR,
+                            reason=f"{summary}; could not roll back: {', '.join(not_undone)}")
         return "failed"
-    move_rollout(rollout, RolloutStatus.ROLLED_BACK, actor=ACTOR, reason=summary)
+    ROLLOUT_STATES.move(rollout, RolloutStatus.ROLLED_BACK, actor=ACTOR, reason=summary)
     return "rolled back"

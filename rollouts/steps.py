@@ -50,11 +50,10 @@ from nodes.models import Node
 from nodes.node_configs import applied_config
 from nodes.sharing.node_config import NodeConfig, node_labels
 from nodes.vocabulary import SharingMode
-from rollouts.choices import NodeState
+from rollouts.choices import IN_FLIGHT, NodeState
 from rollouts.drain_blockers import drain_blockers, drained_pods, skip_reason
-from rollouts.models import RollingUpdate, RolloutNode
+from rollouts.models import NODE_STATES, RollingUpdate, RolloutNode
 from rollouts.restoring import ACTIVE_PLACEMENTS, ACTOR, fail_node, skip_node, want_config
-from rollouts.state import IN_FLIGHT, move_node
 from scheduler.models import Placement
 from scheduler.services.errors import NoCapacity
 from scheduler.services.placing import release_replica
@@ -98,8 +97,8 @@ def advance_node(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBack
             raise StepFailed(f"{step.get_state_display().lower()} took longer than "
                              f"{settings.ROLLOUT_STEP_TIMEOUT_S} s")
         if step.state == NodeState.PENDING:
-            move_node(step, NodeState.PREWARMING, actor=ACTOR, reason="moving its workloads elsewhere first",
-                      values={"step_started_at": now})
+            NODE_STATES.move(step, NodeState.PREWARMING, actor=ACTOR, reason="moving its workloads elsewhere first",
+                             values={"step_started_at": now})
         elif step.state == NodeState.PREWARMING:
             _prewarm(step, cluster, now)
         elif step.state == NodeState.DRAINING:
@@ -162,8 +161,8 @@ def _prewarm(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
     if waiting:
         note_waiting(step, f"waiting for {len(waiting)} pre-warmed replica(s) to become ready")
         return
-    move_node(step, NodeState.DRAINING, actor=ACTOR, reason=f"{len(prewarmed)} replica(s) ready elsewhere",
-              values={"step_started_at": now})
+    NODE_STATES.move(step, NodeState.DRAINING, actor=ACTOR, reason=f"{len(prewarmed)} replica(s) ready elsewhere",
+                     values={"step_started_at": now})
 
 
 def _drain(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
@@ -193,7 +192,7 @@ def _drain(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
     if left:
         note_waiting(step, f"waiting for {', '.join(left)} to leave")
         return
-    move_node(step, NodeState.RECONFIGURING, actor=ACTOR, reason="drained", values={"step_started_at": now,
+    NODE_STATES.move(step, NodeState.RECONFIGURING, actor=ACTOR, reason="drained", values={"step_started_at": now,
                                                                                   "retry_at": None})
 
 
@@ -210,8 +209,8 @@ def _reconfigure(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBack
         cluster.restart_device_plugin(step.node_name)
     record(LABELS_SWITCHED, step, actor=ACTOR, reason=f"to {target.describe()}",
            before=step.progress["previous_labels"], after=dict(labels))
-    move_node(step, NodeState.VERIFYING, actor=ACTOR, reason="waiting for the node to prove the new config",
-              values={"step_started_at": now})
+    NODE_STATES.move(step, NodeState.VERIFYING, actor=ACTOR, reason="waiting for the node to prove the new config",
+                     values={"step_started_at": now})
 
 
 def _verify(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) -> None:
@@ -234,14 +233,14 @@ def _verify(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) 
     cluster.uncordon(step.node_name)
     sync_inventory(cluster)
     if rolling_back(step):
-        move_node(step, NodeState.ROLLED_BACK, actor=ACTOR,
-                  reason=f"rolled back: proven at its previous config {target.describe()} (GFD labels, allocatable), "
+        NODE_STATES.move(step, NodeState.ROLLED_BACK, actor=ACTOR,
+                         reason=f"rolled back: proven at its previous config {target.describe()} (GFD labels, allocatable), "
                          "Ready, uncordoned")
         return
     # With move_back, the workloads that left the node come home first (rollouts.move_back).
     done = NodeState.MOVING_BACK if rollout.move_back and step.progress.get("prewarmed") else NodeState.SUCCEEDED
-    move_node(step, done, actor=ACTOR,
-              reason=f"proven at {target.describe()} (GFD labels, allocatable), Ready, uncordoned")
+    NODE_STATES.move(step, done, actor=ACTOR,
+                     reason=f"proven at {target.describe()} (GFD labels, allocatable), Ready, uncordoned")
 
 
 # ---- helpers -----------------------------------------------------------------------------------

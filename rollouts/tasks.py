@@ -6,15 +6,15 @@ from typing import Any
 
 from celery import shared_task
 
+from lifecycle.locks import tick_lock
 from rollouts.reconciler import reconcile
-from rollouts.tick_lock import tick_lock
 
 logger = logging.getLogger(__name__)
 
 RECONCILE_SOFT_TIME_LIMIT_S = 120
 RECONCILE_TIME_LIMIT_S = 150
 RECONCILE_LOCK_KEY = "gpuplane:rollouts:reconcile:lock"
-# The fallback cache lock's expiry (see rollouts.tick_lock): longer than the hard limit, so it
+# The fallback cache lock's expiry (see lifecycle.locks.tick_lock): longer than the hard limit, so it
 # changes hands only once its owner's run is over. On PostgreSQL a killed worker frees it at once.
 RECONCILE_LOCK_TTL_S = RECONCILE_TIME_LIMIT_S + 30
 

@@ -17,13 +17,14 @@ from django.urls import reverse
 from django.views.generic import DetailView, FormView, ListView
 
 from gpuplane.roles import OPERATOR, has_role
-from gpuplane.web import RoleRequiredMixin, filter_list_context
+from gpuplane.web import RoleRequiredMixin, filter_list_context, use_dropdowns
 from lifecycle.audit import object_type_of
 from rollouts.api.serializers import RollingUpdateSerializer
 from rollouts.choices import NodeState, RolloutStatus
 from rollouts.creating import RolloutRefused, create_rollout
 from rollouts.events import EVENT_LIMIT, rollout_events
-from rollouts.forms import RolloutFilterSet, RolloutForm
+from rollouts.filtersets import RolloutFilterSet
+from rollouts.forms import RolloutForm
 from rollouts.models import RollingUpdate
 
 _STATUS_BADGES: dict[str, str] = {
@@ -86,6 +87,7 @@ class RolloutListView(RoleRequiredMixin, ListView):
     def get_queryset(self) -> QuerySet[RollingUpdate]:
         queryset = RollingUpdate.objects.select_related("created_by").prefetch_related("nodes").order_by("-created_at", "-id")
         self.filterset = RolloutFilterSet(self.request.GET or None, queryset=queryset)
+        use_dropdowns(self.filterset.form)  # before validation: the widget reads the values
         if self.filterset.is_bound and not self.filterset.is_valid():
             return queryset.none()
         return self.filterset.qs

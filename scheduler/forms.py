@@ -1,4 +1,4 @@
-"""The deploy form and the deployments list filters of the web UI.
+"""The deploy form of the web UI (the list's filters are ``scheduler.filtersets``, shared with the API).
 
 The form only turns text into typed values (numbers, choices, the labels box into a dict); what
 a valid deployment is lives once, in ``services.validate_spec``, which the REST API and
@@ -10,15 +10,12 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-import django_filters
 from django import forms
 from django.core.exceptions import ValidationError
 
 from scheduler import services
-from scheduler.choices import DeploymentStatus
 from scheduler.core import Priority, SharingRequest, WorkloadType
 from scheduler.label_lines import parse_labels
-from scheduler.models import Deployment
 
 # What each sharing request really gets (docs/design.md sections 3 and 4), shown next to its radio
 # button. Each mode sizes by its own unit; a stated compute share binds every mode.
@@ -154,20 +151,3 @@ class DeployForm(forms.Form):
             if target in skip:
                 continue
             self.add_error(target if target in self.fields else None, errors)
-
-
-def _namespaces() -> list[tuple[str, str]]:
-    """Namespaces that hold deployments, for the filter's drop-down (read when the form renders)."""
-    values = Deployment.objects.order_by("namespace").values_list("namespace", flat=True).distinct()
-    return [(value, value) for value in values]
-
-
-class DeploymentFilterSet(django_filters.FilterSet):
-    """Filters of the deployments list: status and namespace (an unknown value is a form error)."""
-
-    status = django_filters.ChoiceFilter(choices=DeploymentStatus.choices(), empty_label="Any", label="Status")
-    namespace = django_filters.ChoiceFilter(choices=_namespaces, empty_label="Any", label="Namespace")
-
-    class Meta:
-        model = Deployment
-        fields = ["status", "namespace"]

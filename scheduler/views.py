@@ -22,13 +22,14 @@ from django.views import View
 from django.views.generic import DetailView, FormView, ListView
 
 from gpuplane.roles import OPERATOR, has_role
-from gpuplane.web import RoleRequiredMixin, filter_list_context
+from gpuplane.web import RoleRequiredMixin, filter_list_context, use_dropdowns
 from nodes.cluster.base import ClusterError
 from nodes.models import Node
 from nodes.vocabulary import MIB_PER_GB
 from scheduler import services
 from scheduler.choices import DeploymentStatus
-from scheduler.forms import DeployForm, DeploymentFilterSet
+from scheduler.filtersets import DeploymentFilterSet
+from scheduler.forms import DeployForm
 from scheduler.matrix_view import (
     CHART_TOP_NODES,
     MatrixTable,
@@ -89,6 +90,7 @@ class DeploymentListView(RoleRequiredMixin, ListView):
         placements = Placement.objects.select_related("node").order_by("replica_index")
         queryset = Deployment.objects.prefetch_related(Prefetch("placements", placements)).order_by("-created_at", "-id")
         self.filterset = DeploymentFilterSet(self.request.GET or None, queryset=queryset)
+        use_dropdowns(self.filterset.form)  # before validation: the widget reads the values
         # An invalid filter value shows the form error and an empty table, never every row.
         if self.filterset.is_bound and not self.filterset.is_valid():
             return queryset.none()

@@ -2,11 +2,11 @@
 
 Thin: HTTP to ``consolidation.analysis`` and ``consolidation.approval``. Every write needs the
 admin role (operators and viewers get 403). Approving or rejecting a plan that is not proposed,
-or that has expired, is a 409 with the reason.
+or that has expired, is a 409 with the reason (``approval.NotAllowed``, a domain error the API's
+exception handler answers).
 """
 from __future__ import annotations
 
-import django_filters
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
@@ -17,23 +17,12 @@ from rest_framework.viewsets import GenericViewSet
 
 from consolidation.analysis import analyse
 from consolidation.api.serializers import ConsolidationPlanSerializer, RejectSerializer
-from consolidation.approval import NotAllowed, approve, reject
-from consolidation.choices import PlanStatus
+from consolidation.approval import approve, reject
+from consolidation.filtersets import PlanFilterSet
 from consolidation.models import ConsolidationPlan
 from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import ADMIN
 from gpuplane.strict_input import NoFieldsSerializer, StrictQueryParametersMixin
-
-
-class PlanFilterSet(django_filters.FilterSet):
-    """`?status=` (repeatable; an unknown status is a 400)."""
-
-    status = django_filters.MultipleChoiceFilter(choices=PlanStatus.choices())
-
-    class Meta:
-        model = ConsolidationPlan
-        fields = ["status"]
-
 
 _CONFLICT = OpenApiResponse(description="Not proposed any more, or expired (detail says why)")
 
@@ -68,11 +57,7 @@ class ConsolidationPlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         """Approve a proposed plan: the executor re-validates it, then moves each workload replacement-first."""
         plan = self.get_object()
         NoFieldsSerializer(data=request.data).is_valid(raise_exception=True)
-        try:
-            plan = approve(plan, actor=request.user)
-        except NotAllowed as error:
-            return Response({"detail": str(error), "status": plan.status}, status=status.HTTP_409_CONFLICT)
-        return self._answer(plan)
+        return self._answer(approve(plan, actor=request.user))
 
     @extend_schema(request=RejectSerializer, responses={200: ConsolidationPlanSerializer, 409: _CONFLICT},
                    filters=False)
@@ -82,8 +67,4 @@ class ConsolidationPlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         plan = self.get_object()
         body = RejectSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
-            plan = reject(plan, body.validated_data["reason"], actor=request.user)
-        except NotAllowed as error:
-            return Response({"detail": str(error), "status": plan.status}, status=status.HTTP_409_CONFLICT)
-        return self._answer(plan)
+        return self._answer(reject(plan, body.validated_data["reason"], actor=request.user))

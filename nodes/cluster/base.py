@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar, runtime_checkable
 
+from lifecycle.errors import UpstreamFailure
 from nodes.vocabulary import Taint
 
 
@@ -130,8 +131,8 @@ class WorkloadSpec:
     command: list[str] = field(default_factory=list)
 
 
-class ClusterError(Exception):
-    """The cluster refused or failed an operation; the message says what and why."""
+class ClusterError(UpstreamFailure):
+    """The cluster refused or failed an operation; the message says what and why (an API answers 502)."""
 
 
 class EvictionBlocked(ClusterError):

@@ -4,14 +4,15 @@ Thin: HTTP to ``rollouts.creating`` calls and their outcomes to status codes. 20
 (pending); 400 invalid input (field messages; a config's reason per GPU model); 409 the preview
 shows it cannot be done safely now (the reasons and the preview; nothing stored). Reading needs
 the viewer role, creating, previewing and start/pause/resume/abort the operator role; an action
-the rollout's status does not allow is a 409 with the reason (``rollouts.control``).
+the rollout's status does not allow is a 409 with the reason (``rollouts.control``). The 400s and
+409s are domain errors the services raise (``lifecycle.errors``), answered by the API's
+exception handler: no try/except here.
 """
 from __future__ import annotations
 
-import django_filters
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import mixins, serializers, status
+from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,21 +28,11 @@ from rollouts.api.serializers import (
     RolloutPreviewSerializer,
     RolloutRefusedSerializer,
 )
-from rollouts.choices import RolloutStatus
-from rollouts.control import NotAllowed, act
-from rollouts.creating import InvalidRollout, RolloutRefused, RolloutRequest, create_rollout, validate_request
+from rollouts.control import act
+from rollouts.creating import RolloutRequest, create_rollout, validate_request
 from rollouts.events import EVENT_LIMIT, rollout_events
+from rollouts.filtersets import RolloutFilterSet
 from rollouts.models import RollingUpdate
-
-
-class RolloutFilterSet(django_filters.FilterSet):
-    """`?status=` (repeatable; an unknown status is a 400)."""
-
-    status = django_filters.MultipleChoiceFilter(choices=RolloutStatus.choices())
-
-    class Meta:
-        model = RollingUpdate
-        fields = ["status"]
 
 
 class RollingUpdateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, StrictQueryParametersMixin, GenericViewSet):
@@ -60,10 +51,7 @@ class RollingUpdateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Str
     def _request(self, request: Request) -> RolloutRequest:
         body = RolloutCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
-            return validate_request(**body.request_values())
-        except InvalidRollout as error:
-            raise serializers.ValidationError(error.errors) from None
+        return validate_request(**body.request_values())
 
     @extend_schema(
         request=RolloutCreateSerializer,
@@ -75,13 +63,7 @@ class RollingUpdateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Str
     )
     def create(self, request: Request) -> Response:
         """Create a pending rollout after checking its preview: every workload to move has somewhere to go."""
-        rollout_request = self._request(request)
-        try:
-            rollout = create_rollout(rollout_request, actor=request.user)
-        except RolloutRefused as error:
-            body = {"detail": "The rollout cannot be done safely now; nothing was stored.",
-                    "reasons": list(error.preview.blockers), "preview": error.preview.as_dict()}
-            return Response(body, status=status.HTTP_409_CONFLICT)
+        rollout = create_rollout(self._request(request), actor=request.user)
         rollout = self.get_queryset().get(pk=rollout.pk)
         return Response(self.get_serializer(rollout).data, status=status.HTTP_201_CREATED)
 
@@ -106,10 +88,7 @@ class RollingUpdateViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Str
     def _act(self, request: Request, action_name: str) -> Response:
         rollout = self.get_object()
         NoFieldsSerializer(data=request.data).is_valid(raise_exception=True)
-        try:
-            act(rollout, action_name, actor=request.user)
-        except NotAllowed as error:
-            return Response({"detail": str(error), "status": rollout.status}, status=status.HTTP_409_CONFLICT)
+        act(rollout, action_name, actor=request.user)
         return Response(self.get_serializer(self.get_queryset().get(pk=rollout.pk)).data)
 
     _ACTION_SCHEMA = extend_schema(

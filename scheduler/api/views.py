@@ -9,8 +9,6 @@ viewer role, deploying and deleting the operator role.
 """
 from __future__ import annotations
 
-import django_filters
-from django.core.validators import ProhibitNullCharactersValidator
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
@@ -21,7 +19,6 @@ from rest_framework.viewsets import GenericViewSet
 
 from gpuplane.roles import OPERATOR
 from gpuplane.strict_input import StrictQueryParametersMixin
-from nodes.cluster.base import ClusterError
 from scheduler import services
 from scheduler.api.serializers import (
     DeployFailedSerializer,
@@ -31,24 +28,13 @@ from scheduler.api.serializers import (
     ErrorSerializer,
     NoCapacitySerializer,
 )
-from scheduler.choices import DeploymentStatus
+from scheduler.filtersets import DeploymentFilterSet
 from scheduler.models import Deployment, Placement
-
-
-class DeploymentAPIFilterSet(django_filters.FilterSet):
-    """`?status=` (repeatable; an unknown status is a 400) and `?namespace=` (exact)."""
-
-    status = django_filters.MultipleChoiceFilter(choices=DeploymentStatus.choices())
-    namespace = django_filters.CharFilter(validators=[ProhibitNullCharactersValidator()])
-
-    class Meta:
-        model = Deployment
-        fields = ["status", "namespace"]
 
 
 class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, StrictQueryParametersMixin, GenericViewSet):
     serializer_class = DeploymentSerializer
-    filterset_class = DeploymentAPIFilterSet
+    filterset_class = DeploymentFilterSet
     write_role = OPERATOR
     lookup_value_regex = r"[0-9]+"
     ordering_fields = ["created_at", "name", "namespace", "status"]
@@ -73,17 +59,8 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Strict
         """Place a deployment: decide every replica, reserve its GPUs, create its workloads."""
         serializer = DeploymentCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        try:
-            deployment = services.deploy(serializer.to_spec(), user=request.user)
-        except services.NoCapacity as error:
-            explanation = error.explanation
-            body = {"detail": error.message, "replica": error.replica_index,
-                    "reason": explanation.get("reason", ""), "suggestion": explanation.get("suggestion"),
-                    "released_replicas": explanation.get("released", 0), "decision": error.decision}
-            return Response(body, status=status.HTTP_409_CONFLICT)
-        except services.DeployFailed as error:
-            body = {"detail": error.message, "deployment": error.deployment.pk, "status": error.deployment.status}
-            return Response(body, status=status.HTTP_502_BAD_GATEWAY)
+        # NoCapacity (409) and DeployFailed (502) are answered by the API's exception handler.
+        deployment = services.deploy(serializer.to_spec(), user=request.user)
         if "placements" not in getattr(deployment, "_prefetched_objects_cache", {}):
             deployment = self.get_queryset().get(pk=deployment.pk)  # moved on already (an eager watch)
         return Response(self.get_serializer(deployment).data, status=status.HTTP_201_CREATED)
@@ -97,10 +74,7 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Strict
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         """Delete the workloads and release every GPU share; the record stays, status deleted."""
         deployment = self.get_object()
-        try:
-            services.delete_deployment(deployment, user=request.user)
-        except ClusterError as error:
-            return Response({"detail": str(error)}, status=status.HTTP_502_BAD_GATEWAY)
+        services.delete_deployment(deployment, user=request.user)  # a ClusterError is a 502
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(responses={200: DeploymentDecisionsSerializer}, filters=False)

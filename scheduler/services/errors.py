@@ -1,13 +1,16 @@
-"""What the placement services raise: no capacity (409), the cluster refused (502), a retryable conflict."""
+"""What the placement services raise: no capacity (409), the cluster refused (502), a retryable conflict.
+
+The first two are domain errors (``lifecycle.errors``): the API answers them with their status and body."""
 from __future__ import annotations
 
 from typing import Any
 
+from lifecycle.errors import Conflict
 from nodes.cluster.base import ClusterError
 from scheduler.models import Deployment
 
 
-class NoCapacity(Exception):
+class NoCapacity(Conflict):
     """Nothing fits (HTTP 409); nothing was stored.
 
     ``message`` leads with the dominant reason and a checked suggestion when there is one, and
@@ -25,6 +28,12 @@ class NoCapacity(Exception):
         self.replica_index = replica_index
         self.explanation = explanation or {}
 
+    def body(self) -> dict[str, Any]:
+        explanation = self.explanation
+        return {"detail": self.message, "replica": self.replica_index, "reason": explanation.get("reason", ""),
+                "suggestion": explanation.get("suggestion"), "released_replicas": explanation.get("released", 0),
+                "decision": self.decision}
+
 
 class DeployFailed(ClusterError):
     """The cluster refused a workload; everything reserved for it was released."""
@@ -33,6 +42,9 @@ class DeployFailed(ClusterError):
         super().__init__(message)
         self.message = message
         self.deployment = deployment
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.message, "deployment": self.deployment.pk, "status": self.deployment.status}
 
 
 class CapacityConflict(Exception):

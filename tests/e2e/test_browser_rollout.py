@@ -14,8 +14,7 @@ from playwright.sync_api import Page, expect
 from nodes.cluster.sim import SimulatedCluster
 from nodes.demo import H100_MEMORY_MIB, H100_PRODUCT
 from nodes.inventory.sync import sync_inventory
-from rollouts.models import RollingUpdate
-from rollouts.state import move_node, move_rollout
+from rollouts.models import NODE_STATES, ROLLOUT_STATES, RollingUpdate
 from tests.e2e.accounts import PASSWORD, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -82,9 +81,9 @@ def test_an_operator_previews_creates_and_watches_a_rollout(
 
     # The rollout moves on the server (as the reconciler moves it): the page follows within a poll.
     step = rollout.nodes.get(node_name=api["nodes"][0]["node"])
-    assert move_rollout(rollout, "running", reason="started")
+    assert ROLLOUT_STATES.move(rollout, "running", reason="started")
     for state in ("prewarming", "draining", "reconfiguring", "verifying", "succeeded"):
-        assert move_node(step, state)
+        assert NODE_STATES.move(step, state)
     expect(page.locator("#rollout-status")).to_have_text("Running")
     expect(page.locator("#rollout-progress")).to_have_text("50.0 %")
     expect(page.locator(f'#rollout-nodes tr[data-node="{step.node_name}"]')).to_contain_text("succeeded")

@@ -11,8 +11,7 @@ from django.test import Client
 from lifecycle.audit import record
 from rollouts.choices import NodeState
 from rollouts.events import EVENT_LIMIT
-from rollouts.models import RollingUpdate, RolloutNode
-from rollouts.state import move_node, move_rollout
+from rollouts.models import NODE_STATES, ROLLOUT_STATES, RollingUpdate, RolloutNode
 
 pytestmark = pytest.mark.django_db
 
@@ -29,10 +28,10 @@ def test_the_events_api_lists_the_rollouts_and_its_nodes_events_newest_first_wit
     other = RollingUpdate.objects.create(name="other", config={})
     other_step = RolloutNode.objects.create(rollout=other, node_name="gpu-a", batch_index=1)
     a = rollout.nodes.get(node_name="gpu-a")
-    assert move_rollout(rollout, "running", actor="otto", reason="started")
-    assert move_node(a, NodeState.PREWARMING, actor="system:rollouts", reason="moving its workloads elsewhere first")
+    assert ROLLOUT_STATES.move(rollout, "running", actor="otto", reason="started")
+    assert NODE_STATES.move(a, NodeState.PREWARMING, actor="system:rollouts", reason="moving its workloads elsewhere first")
     record("rolloutnode.pod_evicted", a, actor="system:rollouts", reason="ml/chat-0 evicted through the Eviction API")
-    assert move_node(other_step, NodeState.PREWARMING)  # another rollout's node of the same name: not listed
+    assert NODE_STATES.move(other_step, NodeState.PREWARMING)  # another rollout's node of the same name: not listed
 
     response = viewer_api.get(f"/api/v1/rollouts/{rollout.pk}/events/")
 
@@ -61,7 +60,7 @@ def test_the_event_log_keeps_the_latest_100(viewer_api, rollout):
 
 def test_the_page_shows_the_same_log_with_a_node_column_and_points_the_live_script_at_the_api(viewer, rollout):
     a = rollout.nodes.get(node_name="gpu-a")
-    assert move_rollout(rollout, "running", reason="started")
+    assert ROLLOUT_STATES.move(rollout, "running", reason="started")
     record("rolloutnode.labels_switched", a, actor="system:rollouts", reason="to MPS R=4")
     client = Client()
     client.force_login(viewer)

@@ -10,8 +10,7 @@ from django.test import Client
 
 from lifecycle.models import AuditEvent
 from nodes.contract import ANNOTATION_DO_NOT_DISRUPT
-from rollouts.models import RollingUpdate
-from rollouts.state import move_node, move_rollout
+from rollouts.models import NODE_STATES, ROLLOUT_STATES, RollingUpdate
 from tests.rollouts.cluster import nodes, replica
 
 pytestmark = pytest.mark.django_db
@@ -144,10 +143,10 @@ def create(client: Client) -> RollingUpdate:
 def test_the_live_page_shows_the_apis_numbers_and_buttons_by_status(operator, viewer, cluster):
     rollout = create(signed_in(operator))
     step = rollout.nodes.get(node_name="gpu-a")
-    assert move_rollout(rollout, "running", reason="started")
-    assert move_node(step, "prewarming", reason="moving chat")
-    assert move_node(step, "draining") and move_node(step, "reconfiguring") and move_node(step, "verifying")
-    assert move_node(step, "succeeded")
+    assert ROLLOUT_STATES.move(rollout, "running", reason="started")
+    assert NODE_STATES.move(step, "prewarming", reason="moving chat")
+    assert NODE_STATES.move(step, "draining") and NODE_STATES.move(step, "reconfiguring") and NODE_STATES.move(step, "verifying")
+    assert NODE_STATES.move(step, "succeeded")
 
     client = signed_in(operator)
     api = client.get(f"/api/v1/rollouts/{rollout.pk}/").json()

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from lifecycle.models import AuditEvent
+from lifecycle.transitions import IllegalTransition
 from rollouts.choices import NodeState, RolloutStatus
-from rollouts.models import RollingUpdate, RolloutNode
-from rollouts.state import IllegalTransition, move_node, move_rollout
+from rollouts.models import NODE_STATES, ROLLOUT_STATES, RollingUpdate, RolloutNode
 
 pytestmark = pytest.mark.django_db
 
@@ -20,12 +20,12 @@ def rollout() -> RollingUpdate:
 
 
 def test_a_rollout_runs_pauses_resumes_and_succeeds_each_step_audited(rollout):
-    assert move_rollout(rollout, RolloutStatus.RUNNING, actor="system:rollouts", reason="started")
+    assert ROLLOUT_STATES.move(rollout, RolloutStatus.RUNNING, actor="system:rollouts", reason="started")
     started = RollingUpdate.objects.get(pk=rollout.pk).started_at
     assert started is not None
-    assert move_rollout(rollout, RolloutStatus.PAUSED, reason="node gpu-a failed")
-    assert move_rollout(rollout, RolloutStatus.RUNNING)
-    assert move_rollout(rollout, RolloutStatus.SUCCEEDED)
+    assert ROLLOUT_STATES.move(rollout, RolloutStatus.PAUSED, reason="node gpu-a failed")
+    assert ROLLOUT_STATES.move(rollout, RolloutStatus.RUNNING)
+    assert ROLLOUT_STATES.move(rollout, RolloutStatus.SUCCEEDED)
 
     stored = RollingUpdate.objects.get(pk=rollout.pk)
     assert stored.status == "succeeded" and stored.finished_at is not None
@@ -37,9 +37,9 @@ def test_a_rollout_runs_pauses_resumes_and_succeeds_each_step_audited(rollout):
 
 
 def test_a_move_from_the_wrong_state_does_nothing(rollout):
-    assert not move_rollout(rollout, RolloutStatus.SUCCEEDED)  # pending cannot succeed without running
-    assert move_rollout(rollout, RolloutStatus.FAILED)
-    assert not move_rollout(rollout, RolloutStatus.RUNNING)  # a finished rollout never restarts
+    assert not ROLLOUT_STATES.move(rollout, RolloutStatus.SUCCEEDED)  # pending cannot succeed without running
+    assert ROLLOUT_STATES.move(rollout, RolloutStatus.FAILED)
+    assert not ROLLOUT_STATES.move(rollout, RolloutStatus.RUNNING)  # a finished rollout never restarts
     assert RollingUpdate.objects.get(pk=rollout.pk).status == "failed"
     assert AuditEvent.objects.filter(object_id=str(rollout.pk)).count() == 1
 
@@ -47,20 +47,20 @@ def test_a_move_from_the_wrong_state_does_nothing(rollout):
 def test_a_stale_copy_loses_the_race():
     update = RollingUpdate.objects.create(name="r", config={})
     other_copy = RollingUpdate.objects.get(pk=update.pk)
-    assert move_rollout(update, RolloutStatus.RUNNING)
-    assert move_rollout(update, RolloutStatus.PAUSED)
+    assert ROLLOUT_STATES.move(update, RolloutStatus.RUNNING)
+    assert ROLLOUT_STATES.move(update, RolloutStatus.PAUSED)
     # The other copy still believes "pending" but the row is paused: pause -> paused is not a move.
-    assert not move_rollout(other_copy, RolloutStatus.PAUSED)
+    assert not ROLLOUT_STATES.move(other_copy, RolloutStatus.PAUSED)
 
 
 def test_a_node_goes_through_its_steps_in_order(rollout):
     step = rollout.nodes.get(node_name="gpu-a")
-    assert not move_node(step, NodeState.DRAINING)  # never drained before its workloads are pre-warmed
+    assert not NODE_STATES.move(step, NodeState.DRAINING)  # never drained before its workloads are pre-warmed
     for state in (NodeState.PREWARMING, NodeState.DRAINING, NodeState.RECONFIGURING, NodeState.VERIFYING,
                   NodeState.SUCCEEDED):
-        assert move_node(step, state), state
+        assert NODE_STATES.move(step, state), state
     assert rollout.progress_percent == 50.0
-    assert move_node(step, NodeState.ROLLED_BACK, reason="rollout rolled back")
+    assert NODE_STATES.move(step, NodeState.ROLLED_BACK, reason="rollout rolled back")
     assert RolloutNode.objects.get(pk=step.pk).reason == "rollout rolled back"
     assert AuditEvent.objects.filter(verb__startswith="rolloutnode.").count() == 6
 
@@ -77,9 +77,9 @@ def test_progress_counts_succeeded_and_skipped_nodes_as_done_but_not_rolled_back
 
 def test_unknown_states_are_a_programming_error(rollout):
     with pytest.raises(IllegalTransition):
-        move_rollout(rollout, RolloutStatus.PENDING)
+        ROLLOUT_STATES.move(rollout, RolloutStatus.PENDING)
     with pytest.raises(IllegalTransition):
-        move_node(rollout.nodes.first(), NodeState.PENDING)
+        NODE_STATES.move(rollout.nodes.first(), NodeState.PENDING)
 
 
 def test_a_succeeded_node_is_rolled_back_through_the_same_steps_and_a_pending_one_skipped(rollout):
@@ -87,8 +87,8 @@ def test_a_succeeded_node_is_rolled_back_through_the_same_steps_and_a_pending_on
     for state in (NodeState.PREWARMING, NodeState.DRAINING, NodeState.RECONFIGURING, NodeState.VERIFYING,
                   NodeState.SUCCEEDED, NodeState.PREWARMING, NodeState.DRAINING, NodeState.RECONFIGURING,
                   NodeState.VERIFYING, NodeState.ROLLED_BACK):
-        assert move_node(step, state), state
-    assert not move_node(step, NodeState.PREWARMING)  # rolled back is final
+        assert NODE_STATES.move(step, state), state
+    assert not NODE_STATES.move(step, NodeState.PREWARMING)  # rolled back is final
     other = rollout.nodes.get(node_name="gpu-b")
-    assert move_node(other, NodeState.SKIPPED, reason="not started")
-    assert not move_node(other, NodeState.PREWARMING)  # skipped is final
+    assert NODE_STATES.move(other, NodeState.SKIPPED, reason="not started")
+    assert not NODE_STATES.move(other, NodeState.PREWARMING)  # skipped is final

@@ -10,11 +10,11 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, connections
 
+from lifecycle.locks import advisory_key
 from rollouts.choices import NodeState, RolloutStatus
 from rollouts.control import act
 from rollouts.creating import create_rollout, validate_request
 from rollouts.tasks import RECONCILE_LOCK_KEY, reconcile_rollouts_task
-from rollouts.tick_lock import advisory_key
 from tests.rollouts.simulated import MPS_4, mps_cluster
 from tests.scheduler.inventory import FakeClock
 
