@@ -52,7 +52,7 @@ def parse_node_selector(text: str) -> dict[str, str] | None:
 
 def current_mode(mode: str, replicas: int | None) -> str:
     """A node's sharing config as the node choices show it: "mps × 4", "exclusive" (the API's words)."""
-    return f"{mode} × {replicas}" if replicas else mode
+    return f"{mode} × {replicas}" if replicas and replicas > 1 else mode
 
 
 def flatten(errors: Any) -> list[str]:

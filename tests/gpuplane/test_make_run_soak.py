@@ -23,4 +23,4 @@ def test_make_run_stays_up_with_one_second_ticks_under_load():
     assert result.supervisor_alive and result.crash_lines == [], result
     assert result.web_checks_ok >= 3 and result.web_checks_failed == 0
     # The one-second tasks went through the embedded broker to the worker, tick after tick.
-    assert result.tasks_succeeded.get("rollouts.tasks.reconcile_rollouts_task", 0) >= 10, result.tasks_succeeded
+    assert result.tasks_succeeded.get("rollouts.tasks.reconcile_rollouts_task", 0) >= 8, result.tasks_succeeded
