@@ -72,11 +72,14 @@ def soak_env(var_dir: Path, tick_s: float) -> dict[str, str]:
 
 
 def prepare(env: dict[str, str], port: int) -> None:
-    """What `make run` does before it execs the supervisor."""
-    for args in (["migrate", "--noinput"], ["load_demo_cluster", "--if-empty"], ["load_demo_deployments", "--if-empty"],
-                 ["ensure_admin", "--url", f"http://127.0.0.1:{port}/accounts/login/"]):
-        subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+    """What `make run` does before it execs the supervisor (its four manage.py commands, in one
+    process: Django starts once)."""
+    steps = [("migrate", "--noinput"), ("load_demo_cluster", "--if-empty"), ("load_demo_deployments", "--if-empty"),
+             ("ensure_admin", "--url", f"http://127.0.0.1:{port}/accounts/login/")]
+    code = ("import django, sys\ndjango.setup()\nfrom django.core.management import call_command\n"
+            f"for step in {steps!r}:\n    call_command(*step)\n")
+    subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
 
 
 def web_answers(port: int) -> bool:
