@@ -198,10 +198,25 @@ REST_KNOX = {
 }
 
 # --- Celery -------------------------------------------------------------------------------
+# Every task's soft and hard time limits are at most these (most set shorter ones of their own).
+CELERY_TASK_SOFT_TIME_LIMIT = 300
+CELERY_TASK_TIME_LIMIT = 360
+# The tasks that are idempotent (safe to run again from the start after a run died part-way)
+# acknowledge their message only when they finish (acks_late) and give it back when their worker
+# dies (reject_on_worker_lost): see each task's docstring. With acks_late a worker fetches one
+# message at a time, so a long task never holds others back unstarted.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Redis hands a message a worker fetched but has not acknowledged to another worker after this
+# many seconds. With acks_late that is every message whose task is still running, or waiting for
+# its retry countdown, so it must be longer than the longest task (CELERY_TASK_TIME_LIMIT) plus
+# the longest countdown (a watch retry, DEPLOYMENT_WATCH_INTERVAL_S), or a long task would run
+# twice at once. The embedded broker has no such timeout.
+CELERY_BROKER_VISIBILITY_TIMEOUT_S = env_int("GPUPLANE_CELERY_VISIBILITY_TIMEOUT_S", 3600,
+                                             minimum=CELERY_TASK_TIME_LIMIT + 60)
 CELERY_BROKER_DIR = VAR_DIR / "celery-broker"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": 3600}
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT_S}
     if REDIS_KEY_PREFIX:
         CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = REDIS_KEY_PREFIX
 else:
@@ -221,8 +236,6 @@ else:
         "control_folder": str(CELERY_BROKER_DIR / "control"),
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
-CELERY_TASK_SOFT_TIME_LIMIT = 300
-CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULER = "gpuplane.celery:LivenessScheduler"  # beat's own, plus the liveness file
 INVENTORY_SYNC_INTERVAL_S = env_int("GPUPLANE_INVENTORY_SYNC_INTERVAL_S", 30, minimum=5)
@@ -278,6 +291,9 @@ GPUPLANE_WORKLOAD_IMAGE = env_str("GPUPLANE_WORKLOAD_IMAGE", "vllm/vllm-openai:l
 ROLLOUT_RECONCILE_INTERVAL_S = env_int("GPUPLANE_ROLLOUT_RECONCILE_INTERVAL_S", 5, minimum=1)
 ROLLOUT_STEP_TIMEOUT_S = env_int("GPUPLANE_ROLLOUT_STEP_TIMEOUT_S", 600, minimum=10)
 ROLLOUT_EVICTION_BACKOFF_S = env_int("GPUPLANE_ROLLOUT_EVICTION_BACKOFF_S", 10, minimum=1)
+# A created rollout owns its nodes (no other rollout may target them) until it ends; one nobody
+# starts within this many seconds expires and releases them (rollouts.expiry).
+ROLLOUT_START_DEADLINE_S = env_int("GPUPLANE_ROLLOUT_START_DEADLINE_S", 86400, minimum=60)
 
 # --- Savings (docs/design.md section 6; savings/) --------------------------------------------------
 # Price of one GPU-hour per catalog model in USD, over nodes.gpu_costs.DEFAULT_GPU_PRICE_USD_PER_HOUR,

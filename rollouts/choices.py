@@ -9,6 +9,7 @@ class RolloutStatus(LabelledStrEnum):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     ROLLED_BACK = "rolled-back", "Rolled back"
+    EXPIRED = "expired", "Expired (not started in time)"
     ABORTED = "aborted", "Aborted"  # by an operator (its nodes part-way changed were restored)
 
 
@@ -51,9 +52,10 @@ ROLLOUT_FROM: dict[str, tuple[str, ...]] = {
     S.SUCCEEDED: (S.RUNNING,),
     S.FAILED: (S.PENDING, S.RUNNING, S.PAUSED),
     S.ROLLED_BACK: (S.RUNNING, S.PAUSED),
+    S.EXPIRED: (S.PENDING,),  # rollouts.expiry: not started by its start_by, its nodes released
     S.ABORTED: (S.PENDING, S.RUNNING, S.PAUSED),
 }
-FINAL_STATUSES = (S.SUCCEEDED, S.FAILED, S.ROLLED_BACK, S.ABORTED)
+FINAL_STATUSES = (S.SUCCEEDED, S.FAILED, S.ROLLED_BACK, S.EXPIRED, S.ABORTED)
 
 # A node part-way changed (cordoned, owned by its rollout until it is done).
 IN_FLIGHT = (N.PREWARMING, N.DRAINING, N.RECONFIGURING, N.VERIFYING)

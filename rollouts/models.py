@@ -42,6 +42,9 @@ class RollingUpdate(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    start_by = models.DateTimeField(
+        null=True, blank=True,
+        help_text="A pending rollout not started by then expires and releases its nodes (GPUPLANE_ROLLOUT_START_DEADLINE_S)")
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -30,7 +30,7 @@ from rollouts.models import RollingUpdate
 _STATUS_BADGES: dict[str, str] = {
     RolloutStatus.PENDING: "warn", RolloutStatus.RUNNING: "ok", RolloutStatus.PAUSED: "warn",
     RolloutStatus.SUCCEEDED: "ok", RolloutStatus.FAILED: "bad", RolloutStatus.ROLLED_BACK: "bad",
-    RolloutStatus.ABORTED: "muted",
+    RolloutStatus.EXPIRED: "muted", RolloutStatus.ABORTED: "muted",
 }
 # Which buttons a rollout in each status offers (the API decides whether the action is allowed).
 ACTIONS_BY_STATUS: dict[str, tuple[str, ...]] = {

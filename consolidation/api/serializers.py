@@ -1,4 +1,4 @@
-"""Shapes of `/api/v1/consolidations/`: a plan, and the body of a rejection."""
+"""Shapes of `/api/v1/consolidations/`: a plan, an analysis that made none, and the body of a rejection."""
 from __future__ import annotations
 
 from typing import Any
@@ -75,6 +75,17 @@ class ConsolidationPlanSerializer(serializers.ModelSerializer):
 @extend_schema_field({"type": "string", "maxLength": 1000, "pattern": "\\S"})
 class ReasonField(StrictStringField):
     pass
+
+
+class AnalysisOutcomeSerializer(serializers.Serializer):
+    """An analysis that made no new plan."""
+
+    detail = serializers.CharField()
+    plan = ConsolidationPlanSerializer(allow_null=True, help_text="The proposed plan with the same moves, refreshed; "
+                                                                  "null when nothing would move")
+    method = serializers.CharField(help_text="How the analysis looked")
+    skipped = SkippedSerializer(many=True, help_text="Nodes left as they are, and why")
+    budgets = PlanBudgetSerializer(many=True, help_text="The disruption budgets the analysis applied")
 
 
 class RejectSerializer(StrictSerializer):

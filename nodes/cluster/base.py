@@ -81,6 +81,22 @@ class ClusterPDB:
         return f"{self.namespace}/{self.name}"
 
 
+@dataclass(frozen=True)
+class ClusterConfigMap:
+    """A v1 ConfigMap: its text entries, labels and the resourceVersion it was read at ("" for one
+    not yet stored: writing it creates it; else writing replaces it only if nobody changed it since)."""
+
+    namespace: str
+    name: str
+    data: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 ClusterItem = TypeVar("ClusterItem", ClusterNode, ClusterPod)
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -143,6 +159,10 @@ class NotFound(ClusterError):
     pass
 
 
+class Conflict(ClusterError):
+    """HTTP 409 (AlreadyExists, or a write from a resourceVersion someone else changed since)."""
+
+
 class ResourceVersionGone(ClusterError):
     """The API answered 410 Gone: the resourceVersion watched from is too old (compacted away);
     the caller must list again and watch from the new list's version."""
@@ -182,6 +202,19 @@ class ClusterBackend(Protocol):
 
     def restart_device_plugin(self, node: str) -> None:
         """Delete the device plugin pod on a node so that it restarts and re-reads its config."""
+        ...
+
+    def read_configmap(self, namespace: str, name: str) -> ClusterConfigMap | None:
+        """The ConfigMap as stored now (with its resourceVersion); None when there is none."""
+        ...
+
+    def write_configmap(self, configmap: ClusterConfigMap, *, dry_run: bool = False) -> None:
+        """Create ``configmap`` (resource_version "") or replace the stored one it was read from.
+
+        Conflict (409) when it exists already, or changed since it was read: read it again and
+        merge. ``dry_run``: the API server checks and authorizes the write and stores nothing
+        (``?dryRun=All``), which tells a preview whether the write would succeed.
+        """
         ...
 
 

@@ -11,7 +11,15 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from nodes.cluster.base import ClusterError, ClusterNode, ClusterPDB, ClusterPod, GPUDevice, MIGDevice
+from nodes.cluster.base import (
+    ClusterConfigMap,
+    ClusterError,
+    ClusterNode,
+    ClusterPDB,
+    ClusterPod,
+    GPUDevice,
+    MIGDevice,
+)
 from nodes.contract import (
     ANNOTATION_GPU_UUIDS,
     ANNOTATION_MIG_LAYOUT,
@@ -181,6 +189,17 @@ def _int_or_percent(value: Any) -> int | str | None:
         return value
     text = str(value).strip()
     return int(text) if text.isdigit() else text
+
+
+def parse_configmap(obj: dict[str, Any]) -> ClusterConfigMap:
+    """A v1 ConfigMap as ``ClusterConfigMap`` (its text ``data``; binaryData is not gpuplane's)."""
+    metadata = obj.get("metadata") or {}
+    return ClusterConfigMap(
+        namespace=str(metadata.get("namespace", "")), name=str(metadata.get("name", "")),
+        data={str(k): str(v) for k, v in (obj.get("data") or {}).items()},
+        labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
+        resource_version=str(metadata.get("resourceVersion") or ""),
+    )
 
 
 def parse_pdb(obj: dict[str, Any]) -> ClusterPDB:

@@ -282,6 +282,8 @@ def test_list_is_paginated_newest_first_and_filters_by_status(operator_api, clus
     data = operator_api.get(URL + "?limit=1").json()
     assert data["count"] == 2 and [r["name"] for r in data["results"]] == ["two"]
     assert operator_api.get(URL + "?status=running").json()["count"] == 0
+    assert [r["name"] for r in operator_api.get(URL + "?name=one").json()["results"]] == ["one"]  # `gpuplane rollout status one`
+    assert operator_api.get(URL + "?name=on").json()["count"] == 0  # exact, not a prefix
     assert operator_api.get(URL + "?status=bogus").status_code == 400
     assert operator_api.get(URL + "?colour=red").status_code == 400
 
