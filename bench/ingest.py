@@ -28,7 +28,7 @@ What it does, end to end in one process:
 The test client keeps one database connection for the whole run, as a server with persistent
 connections (DATABASE_CONN_MAX_AGE > 0) does; DEBUG is switched off so queries are not logged.
 Figures are medians over the measured intervals; batch latencies are over every measured batch.
-The requirement (DESIGN.md section 12): 10,000 GPUs every 30 s need well under one core, i.e.
+The requirement (docs/design.md section 12): 10,000 GPUs every 30 s need well under one core, i.e.
 `cpu_seconds_per_interval` well under 30.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """GPU models gpuplane knows: memory, throughput, power, compute capability, MIG profiles.
 
 Pure Python (no Django) so that the scheduler core, benchmarks and property tests can use it
-alone. The figures follow DESIGN.md section 14 (NVIDIA datasheets); check a new model against its
+alone. The figures follow docs/design.md section 14 (NVIDIA datasheets); check a new model against its
 datasheet before adding it.
 
 Where each number comes from:
@@ -14,7 +14,7 @@ Where each number comes from:
   power limit (SXM / PCIe variant as named by the key), ``max_sm_clock_mhz`` the highest SM
   (boost) clock of the board, as ``nvidia-smi -q`` lists under "Max Clocks". Telemetry bounds
   what it accepts by these (``nodes.telemetry.limits``).
-- MIG profiles follow the geometry table of DESIGN.md section 4; see ``_MIG_GEOMETRY``. A
+- MIG profiles follow the geometry table of docs/design.md section 4; see ``_MIG_GEOMETRY``. A
   profile's ``memory_mib`` is the memory NVML reports for an instance of it (the MIG device's
   ``nvmlDeviceGetMemoryInfo`` total, ``nvidia-smi mig -lgip``'s "Memory" column in GiB), which is
   less than the profile's share of the board (``_MIG_MEMORY_MIB`` says where each row comes
@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# A MIG-capable GPU has 8 memory slices and 7 compute slices (DESIGN.md section 4).
+# A MIG-capable GPU has 8 memory slices and 7 compute slices (docs/design.md section 4).
 MIG_MEMORY_SLICES = 8
 MIG_COMPUTE_SLICES = 7
 
@@ -127,7 +127,7 @@ class UnknownGPUProduct(ValueError):
         )
 
 
-# Geometry rows of DESIGN.md section 4, in table order:
+# Geometry rows of docs/design.md section 4, in table order:
 # (compute slices, memory slices, max instances per GPU, valid starts in memory slices).
 _MIG_GEOMETRY: tuple[tuple[int, int, int, tuple[int, ...]], ...] = (
     (1, 1, 7, (0, 1, 2, 3, 4, 5, 6)),  # slice 7 can only be reached by larger instances

@@ -68,7 +68,7 @@ def _refresh_pages(after: str) -> None:
         logger.exception("refreshing the fleet pages' figures after the %s failed", after)
 
 
-# --- Telemetry (DESIGN.md section 8) ---------------------------------------------------------
+# --- Telemetry (docs/design.md section 8) ---------------------------------------------------------
 
 POLL_SOFT_TIME_LIMIT_S = 20
 POLL_TIME_LIMIT_S = 25

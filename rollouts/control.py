@@ -35,7 +35,7 @@ ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "start": (S.RUNNING, (S.PENDING,)),
     "pause": (S.PAUSED, (S.RUNNING,)),
     "resume": (S.RUNNING, (S.PAUSED,)),
-    "abort": (S.FAILED, (S.PENDING, S.RUNNING, S.PAUSED)),
+    "abort": (S.ABORTED, (S.PENDING, S.RUNNING, S.PAUSED)),
 }
 assert all(set(allowed) <= set(ROLLOUT_FROM[to]) for to, allowed in ACTIONS.values())
 

@@ -1,6 +1,6 @@
 """A rollout as rows: one ``RollingUpdate`` and a ``RolloutNode`` per target node.
 
-Both are persisted state machines (DESIGN.md section 5): their ``status``/``state`` change only
+Both are persisted state machines (docs/design.md section 5): their ``status``/``state`` change only
 through ``ROLLOUT_STATES`` and ``NODE_STATES`` (``lifecycle.transitions.StateMachine``: a
 conditional UPDATE and an audit event, ``rollingupdate.<status>`` / ``rolloutnode.<state>``), so
 a racing user and reconciler cannot both move the same row, and the reconciler that drives them

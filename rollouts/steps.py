@@ -1,4 +1,4 @@
-"""One node's change, step by step (DESIGN.md section 5): the reconciler calls ``advance_node`` once per tick.
+"""One node's change, step by step (docs/design.md section 5): the reconciler calls ``advance_node`` once per tick.
 
 pending -> prewarming (cordon, then a new replica of every gpuplane workload on the node placed
 elsewhere through the placement services, waited for until ready) -> draining (every pod but

@@ -17,7 +17,7 @@ from scheduler import services
 from scheduler.core import Priority, SharingRequest, WorkloadType
 from scheduler.label_lines import parse_arguments, parse_env, parse_labels
 
-# What each sharing request really gets (DESIGN.md sections 3 and 4), shown next to its radio
+# What each sharing request really gets (docs/design.md sections 3 and 4), shown next to its radio
 # button. Each mode sizes by its own unit; a stated compute share binds every mode.
 SHARING_HELP: dict[str, str] = {
     SharingRequest.AUTO: (

@@ -1,4 +1,4 @@
-"""Placements -> the Kubernetes workloads that run them (``WorkloadSpec``; DESIGN.md section 3).
+"""Placements -> the Kubernetes workloads that run them (``WorkloadSpec``; docs/design.md section 3).
 
 One workload per target node: the replicas a deployment has on one node share a Kubernetes
 Deployment pinned to that node by required node affinity (``nodes.cluster.manifests``), with

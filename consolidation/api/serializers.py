@@ -71,6 +71,12 @@ class ConsolidationPlanSerializer(serializers.ModelSerializer):
         return {"usd": plan.savings_usd_per_hour, "kwh": plan.savings_kwh_per_hour}
 
 
+# A reason of spaces only is refused: the schema says "at least one character that is not a space".
+@extend_schema_field({"type": "string", "maxLength": 1000, "pattern": "\\S"})
+class ReasonField(StrictStringField):
+    pass
+
+
 class AnalysisOutcomeSerializer(serializers.Serializer):
     """An analysis that made no new plan."""
 
@@ -83,7 +89,7 @@ class AnalysisOutcomeSerializer(serializers.Serializer):
 
 
 class RejectSerializer(StrictSerializer):
-    reason = StrictStringField(max_length=1000, help_text="Why the plan is rejected (kept in the audit log)")
+    reason = ReasonField(max_length=1000, help_text="Why the plan is rejected (kept in the audit log)")
 
     def validate_reason(self, value: str) -> str:
         if not value.strip():

@@ -16,7 +16,13 @@ from rest_framework import serializers
 from rest_framework.reverse import reverse
 from rest_framework.utils import html
 
-from gpuplane.strict_input import StrictFloatField, StrictIntegerField, StrictSerializer, StrictStringField
+from gpuplane.strict_input import (
+    StrictBooleanField,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictSerializer,
+    StrictStringField,
+)
 from nodes.vocabulary import MIB_PER_GB
 from scheduler import services
 from scheduler.choices import DecisionOutcome
@@ -72,7 +78,7 @@ class ModelNameField(StrictStringField):
     pass
 
 
-@extend_schema_field({"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": services.MAX_MEMORY_GB})
+@extend_schema_field({"type": "number", "minimum": services.MIN_MEMORY_GB, "maximum": services.MAX_MEMORY_GB})
 class MemoryGBField(StrictFloatField):
     pass
 
@@ -92,13 +98,16 @@ class ArgumentField(StrictStringField):
 
 
 class ArgumentsField(serializers.ListField):
-    """A container's command or arguments: a JSON list of strings (form posts: one a line)."""
+    """A container's command or arguments: a JSON list of strings (form posts: the field repeated,
+    or once with one argument a line)."""
 
     child = ArgumentField(allow_blank=True, trim_whitespace=False, max_length=container.MAX_ARG_CHARS)
 
     def get_value(self, dictionary: Any) -> Any:
         if html.is_html_input(dictionary) and self.field_name in dictionary:
-            return parse_arguments(dictionary[self.field_name])
+            values = dictionary.getlist(self.field_name)
+            # The field repeated (`-d args=--model -d args=m`), or once as the form's box gives it.
+            return values if len(values) > 1 else parse_arguments(values[0])
         return super().get_value(dictionary)
 
 
@@ -159,10 +168,10 @@ class DeploymentCreateSerializer(StrictSerializer):
                   "MPS: 25 % for models under 4 GB, 50 % up to 16 GB). Stated: every mode must give at least this "
                   "share (an MPS slot, a MIG instance's compute, a time-slice replica's nominal 100/R %).",
     )
-    enable_gpu_selection = serializers.BooleanField(
+    enable_gpu_selection = StrictBooleanField(
         default=True, help_text="false: hand every replica to the default Kubernetes scheduler"
     )
-    allow_default_scheduler = serializers.BooleanField(
+    allow_default_scheduler = StrictBooleanField(
         default=True,
         help_text="When no node qualifies only because of telemetry (busy GPUs), hand over to the default scheduler",
     )
@@ -222,7 +231,10 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
     memory_gb = serializers.SerializerMethodField()
     labels = serializers.DictField(child=serializers.CharField(allow_blank=True))
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text="The user who deployed it; null when gpuplane made it itself (the demo) or the user was deleted",
+    )
     placements = PlacementSerializer(many=True, read_only=True)
     decision = serializers.SerializerMethodField()
 

@@ -40,7 +40,7 @@ DEFAULT_FILTERS: tuple[str, ...] = (
 BALANCED: dict[str, Any] = {
     "name": "balanced",
     "filters": list(DEFAULT_FILTERS),
-    # The seed's weights (DESIGN.md section 3).
+    # The seed's weights (docs/design.md section 3).
     "scores": {
         "PowerEfficiency": 0.30,
         "WorkloadAffinity": 0.25,
@@ -62,7 +62,7 @@ BALANCED: dict[str, Any] = {
 PACKING: dict[str, Any] = {
     **copy.deepcopy(BALANCED),
     "name": "packing",
-    # Dense clusters: fill nodes and keep whole GPUs whole (DESIGN.md section 6).
+    # Dense clusters: fill nodes and keep whole GPUs whole (docs/design.md section 6).
     "scores": {
         "BestFit": 0.35,
         "FragmentationGradient": 0.30,

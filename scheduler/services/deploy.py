@@ -1,4 +1,4 @@
-"""The deploy pipeline (DESIGN.md section 3): validate, place every replica, watch; and delete.
+"""The deploy pipeline (docs/design.md section 3): validate, place every replica, watch; and delete.
 
 Views, API and tasks call these functions and hold no logic of their own. ``deploy`` places
 every replica of a new deployment through ``placing.place_replicas`` (decide, reserve all or

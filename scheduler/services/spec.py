@@ -18,6 +18,8 @@ from scheduler.models import Deployment
 from scheduler.services.container import arguments_errors, env_errors, image_errors
 
 MAX_MEMORY_GB = 4096
+# Capacity is counted in whole MiB: anything smaller than one would be rounded up to it unseen.
+MIN_MEMORY_GB = 1 / 1024
 MAX_GPU_COUNT = 16  # the largest GPU nodes have 16; a gang must fit on one node
 MAX_LATENCY_SLO_MS = 86_400_000
 
@@ -148,8 +150,8 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
     memory = spec.memory_gb
     if isinstance(memory, bool) or not isinstance(memory, int | float) or not math.isfinite(memory):
         errors["memory_gb"].append("Enter a number.")
-    elif not 0 < memory <= MAX_MEMORY_GB:
-        errors["memory_gb"].append(f"Enter a number of GB greater than 0 and at most {MAX_MEMORY_GB}.")
+    elif not MIN_MEMORY_GB <= memory <= MAX_MEMORY_GB:
+        errors["memory_gb"].append(f"Enter a number of GB from 1/1024 (1 MiB) to {MAX_MEMORY_GB}.")
     _check_int(errors, "gpu_count", spec.gpu_count, 1, MAX_GPU_COUNT)
     _check_int(errors, "replicas", spec.replicas, 1, settings.DEPLOYMENT_MAX_REPLICAS)
     if spec.latency_slo_ms is not None:

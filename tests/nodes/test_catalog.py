@@ -1,4 +1,4 @@
-"""The GPU catalog against DESIGN.md section 14, and GFD product-label mapping."""
+"""The GPU catalog against docs/design.md section 14, and GFD product-label mapping."""
 from __future__ import annotations
 
 import ast
@@ -17,7 +17,7 @@ from nodes.catalog import (
     parse_product,
 )
 
-# DESIGN.md section 14, copied by hand: key, nominal memory GB, FP16 dense TFLOPS, INT8 dense
+# docs/design.md section 14, copied by hand: key, nominal memory GB, FP16 dense TFLOPS, INT8 dense
 # TOPS, TDP W, compute capability, MIG; plus the NVML total in MiB the catalog must carry.
 SECTION_14 = [
     ("A100-SXM4-40GB", 40, 312, 624, 400, (8, 0), True, 40960),
@@ -32,7 +32,7 @@ SECTION_14 = [
     ("V100-SXM2-32GB", 32, 125, None, 300, (7, 0), False, 32768),
 ]
 
-# DESIGN.md section 4, one column per memory size, rows in geometry-table order.
+# docs/design.md section 4, one column per memory size, rows in geometry-table order.
 MIG_NAMES = {
     "A100-SXM4-40GB": ["1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"],
     "A100-SXM4-80GB": ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],

@@ -3,7 +3,7 @@
 It stores Kubernetes-shaped JSON objects (Node, Pod, apps/v1 Deployment, policy/v1
 PodDisruptionBudget, the GPU operator's ConfigMaps) and answers `list_nodes` / `list_gpu_pods`
 through `nodes.cluster.parsing`, so the control plane reads it exactly as it reads a real cluster
-(DESIGN.md sections 4, 5, 9). One module per concern:
+(docs/design.md sections 4, 5, 9). One module per concern:
 
 - `backend`: `SimulatedCluster`, the ClusterBackend facade, and the lazy clock that drives the rest;
 - `store`: the state file, one SQLite row per object, shared by web, worker and beat processes;

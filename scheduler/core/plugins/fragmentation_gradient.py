@@ -1,6 +1,6 @@
 """Score FragmentationGradient (FGD, Weng et al., ATC'23): avoid placements that fragment GPUs.
 
-The measure is ``scheduler.core.fragmentation``'s (DESIGN.md sections 6 and 13), read from the
+The measure is ``scheduler.core.fragmentation``'s (docs/design.md sections 6 and 13), read from the
 snapshot's columns: a typical pod class also needs its CPU free on the node and, when it names
 GPU models, a node of one of them; a GPU hosts one of its GPUs when its largest free unit holds
 the class's share (on weighted-MPS nodes, the GPU's free share, as in the trace replay's measure).

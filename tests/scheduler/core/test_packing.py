@@ -1,4 +1,4 @@
-"""Packing filter, scorers and policies on small hand-computed clusters (DESIGN.md section 13)."""
+"""Packing filter, scorers and policies on small hand-computed clusters (docs/design.md section 13)."""
 from __future__ import annotations
 
 import numpy as np
