@@ -83,8 +83,8 @@ class MemoryGBField(StrictFloatField):
     pass
 
 
-@extend_schema_field({"type": "string", "maxLength": container.IMAGE_MAX_CHARS,
-                      "pattern": f"^$|{container.IMAGE_PATTERN}"})
+# allow_blank makes drf-spectacular add its own `""` branch (oneOf): the pattern must not match "" too.
+@extend_schema_field({"type": "string", "maxLength": container.IMAGE_MAX_CHARS, "pattern": container.IMAGE_PATTERN})
 class ImageField(StrictStringField):
     pass
 
@@ -92,7 +92,7 @@ class ImageField(StrictStringField):
 NO_NULL_PATTERN = "^[^\\u0000]*$"
 
 
-@extend_schema_field({"type": "string", "maxLength": container.MAX_ARG_CHARS, "pattern": NO_NULL_PATTERN})
+@extend_schema_field({"type": "string", "maxLength": container.MAX_ARG_CHARS, "pattern": "^[^\\u0000]+$"})
 class ArgumentField(StrictStringField):
     pass
 
