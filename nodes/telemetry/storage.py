@@ -6,11 +6,12 @@ step; on PostgreSQL, COPY. Callers own the transaction (`nodes.telemetry.ingest.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models.constants import OnConflict
@@ -97,11 +98,10 @@ def insert_samples_ignoring_duplicates(
             copied = _copy_unless_duplicate(table, columns, values)
             if copied is not None:
                 return copied
-        with connection.cursor() as cursor:
-            # One statement whatever the rows (arrays, one per column): its text never changes,
-            # so the driver parses it once instead of once per agent post.
+        with _binding_cursor() as cursor:
+            # One statement whatever the rows (arrays, one per column): its text never changes.
             cursor.execute(_insert_unnest_statement(), [list(column) for column in zip(*values, strict=True)])
-            return cursor.rowcount
+            return int(cursor.rowcount)
     inserted = 0
     with connection.cursor() as cursor:
         for start in range(0, len(values), INSERT_CHUNK_ROWS):
@@ -222,8 +222,20 @@ def _update_latest_values_at_once(newest: dict[int, SampleIn]) -> None:
         *([getattr(newest[gpu_id], name) for gpu_id in ids] for name in LATEST_FIELDS),
         [_processes_json(newest[gpu_id]) for gpu_id in ids],
     ]
-    with connection.cursor() as cursor:
+    with _binding_cursor() as cursor:
         cursor.execute(_update_at_once_statement(), [ids, *params])
+
+
+@contextlib.contextmanager
+def _binding_cursor() -> Iterator[Any]:
+    """PostgreSQL: a psycopg cursor that sends parameters apart from the statement (server-side
+    binding), on Django's connection and so inside its transaction. Django's own cursor quotes
+    every array into the SQL text in Python: for an agent's post that was a fifth of its CPU."""
+    import psycopg
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        yield cursor
 
 
 @functools.cache
