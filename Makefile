@@ -1,4 +1,4 @@
-# gpuplane: two commands on a fresh machine (see README.md, "Quick start").
+# gpuplane: two commands on a fresh machine (see README.md, "Quick start", and docs/operations.md).
 #
 #   make run    web + Celery worker + Celery beat on http://$(HOST):$(PORT); Ctrl-C stops all three
 #   make test   the whole test suite (pass-through: DATABASE_URL, REDIS_URL, PYTEST_ARGS)

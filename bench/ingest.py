@@ -12,8 +12,11 @@ What it does, end to end in one process:
 3. Posts `--intervals` intervals (plus one warm-up interval, not measured): in each, every node
    posts one batch of its 8 GPUs' samples to `POST /api/v1/telemetry/` with its agent token
    (`Authorization: Bearer`), as the node agent does every 30 s, through Django's test client and
-   the whole stack: middleware, DRF authentication and permissions, the serializer, and
-   nodes.telemetry.ingest.ingest_samples on the database.
+   the whole stack: middleware, DRF authentication and permissions, the bulk parser
+   (nodes.telemetry.batch), and nodes.telemetry.ingest.ingest_samples on the database. One node
+   in `--bad-every` (default 10) sends one out-of-range sample among its 8: the server stores the
+   other 7 and answers 207 naming the bad one, and the script checks that answer, so the figure
+   includes the per-sample answers.
 4. Measures per interval the wall time and the CPU time of this process (`time.process_time`),
    which holds both sides, the client and the server, so the CPU figure is an upper bound of the
    server's; and, on PostgreSQL when /proc allows it, the CPU time of the database backend
@@ -25,7 +28,7 @@ What it does, end to end in one process:
 The test client keeps one database connection for the whole run, as a server with persistent
 connections (DATABASE_CONN_MAX_AGE > 0) does; DEBUG is switched off so queries are not logged.
 Figures are medians over the measured intervals; batch latencies are over every measured batch.
-The requirement (DESIGN.md section 12): 10,000 GPUs every 30 s need well under one core, i.e.
+The requirement (docs/design.md section 12): 10,000 GPUs every 30 s need well under one core, i.e.
 `cpu_seconds_per_interval` well under 30.
 """
 from __future__ import annotations
@@ -145,11 +148,17 @@ def _build_inventory(gpus: int) -> Inventory:
     return [(node.name, key, by_node[node.name]) for node, key in zip(nodes, keys, strict=True)]
 
 
-def _post_interval(client: Any, inventory: Inventory, ts: datetime, rng: random.Random) -> list[float]:
-    """Every node posts its batch for `ts`; returns each batch's latency in seconds."""
+def _post_interval(
+    client: Any, inventory: Inventory, ts: datetime, rng: random.Random, bad_every: int = 0
+) -> list[float]:
+    """Every node posts its batch for `ts`; returns each batch's latency in seconds.
+
+    With `bad_every`, every bad_every-th node's batch carries one sample whose power is past any
+    board's (5000 W): the answer must be a 207 storing the others and naming that one.
+    """
     stamp = ts.isoformat()
     latencies = []
-    for node, key, uuids in inventory:
+    for number, (node, key, uuids) in enumerate(inventory):
         body = {
             "node": node,
             "samples": [
@@ -166,12 +175,29 @@ def _post_interval(client: Any, inventory: Inventory, ts: datetime, rng: random.
                 for uuid in uuids
             ],
         }
+        bad = bad_every and number % bad_every == 0 and len(uuids) > 1
+        if bad:
+            body["samples"][-1]["power_w"] = 5000.0
         started = time.perf_counter()
         response = client.post(URL, body, format="json", HTTP_AUTHORIZATION=f"Bearer {key}")
         latencies.append(time.perf_counter() - started)
-        if response.status_code != 201 or response.json()["stored"] != len(uuids):
+        answer = response.json()
+        if bad:
+            ok = response.status_code == 207 and answer["stored"] == len(uuids) - 1 and list(answer["samples"]) == [
+                str(len(uuids) - 1)
+            ]
+        else:
+            ok = response.status_code == 201 and answer["stored"] == len(uuids)
+        if not ok:
             raise RuntimeError(f"{node}: HTTP {response.status_code} {response.content[:500]!r}")
     return latencies
+
+
+def _bad_batches(inventory: Inventory, bad_every: int) -> int:
+    """How many batches of one interval carry a bad sample (see `_post_interval`)."""
+    if not bad_every:
+        return 0
+    return sum(1 for number, (_, _, uuids) in enumerate(inventory) if number % bad_every == 0 and len(uuids) > 1)
 
 
 def _ingest_interval(inventory: Inventory, ts: datetime, rng: random.Random) -> list[float]:
@@ -206,7 +232,7 @@ def _ingest_interval(inventory: Inventory, ts: datetime, rng: random.Random) -> 
     return latencies
 
 
-def run(gpus: int, intervals: int, seed: int = 42) -> dict[str, Any]:
+def run(gpus: int, intervals: int, seed: int = 42, bad_every: int = 10) -> dict[str, Any]:
     """Run the benchmark on a throw-away database; return the figures (see the module docstring)."""
     import django
 
@@ -243,15 +269,19 @@ def run(gpus: int, intervals: int, seed: int = 42) -> dict[str, Any]:
                 "latencies": latencies,
             }
 
-        _post_interval(client, inventory, slots[0], rng)  # warm-up
-        api = [measured(lambda ts: _post_interval(client, inventory, ts, rng), ts) for ts in slots[1 : intervals + 1]]
+        _post_interval(client, inventory, slots[0], rng, bad_every)  # warm-up
+        api = [
+            measured(lambda ts: _post_interval(client, inventory, ts, rng, bad_every), ts)
+            for ts in slots[1 : intervals + 1]
+        ]
         service = [measured(lambda ts: _ingest_interval(inventory, ts, rng), ts) for ts in slots[intervals + 1 :]]
         latencies = [latency for row in api for latency in row.pop("latencies")]
         for row in service:
             row.pop("latencies")
 
         stored = GPUSample.objects.count()
-        expected = gpus * (2 * intervals + 1)
+        refused = _bad_batches(inventory, bad_every) * (intervals + 1)  # warm-up and measured API intervals
+        expected = gpus * (2 * intervals + 1) - refused
         if stored != expected:
             raise RuntimeError(f"stored {stored} samples, expected {expected}")
         if GPU.objects.exclude(sampled_at=slots[-1]).exists():
@@ -268,6 +298,8 @@ def run(gpus: int, intervals: int, seed: int = 42) -> dict[str, Any]:
         "gpus": gpus,
         "nodes": len(inventory),
         "batch_size": GPUS_PER_NODE,
+        "bad_every": bad_every,
+        "bad_batches_per_interval": _bad_batches(inventory, bad_every),  # answered 207, one sample refused
         "intervals": intervals,
         "interval_s": INTERVAL_S,
         "samples_per_s": round(gpus / median(api, "wall_s")),
@@ -301,12 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=10_000, help="GPUs in the synthetic cluster (8 per node)")
     parser.add_argument("--intervals", type=int, default=5, help="measured 30-s intervals (after one warm-up)")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--bad-every", type=int, default=10,
+        help="one node in this many sends one out-of-range sample (answered 207); 0: none (default 10)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     args = parser.parse_args(argv)
     if args.gpus < 1 or args.intervals < 1:
         parser.error("--gpus and --intervals must be at least 1")
 
-    result = run(args.gpus, args.intervals, args.seed)
+    if args.bad_every < 0:
+        parser.error("--bad-every must be 0 or more")
+    result = run(args.gpus, args.intervals, args.seed, args.bad_every)
     if args.json:
         print(json.dumps(result), flush=True)
         return 0

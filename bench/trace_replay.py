@@ -1,4 +1,4 @@
-"""Trace replay with the FGD paper's protocol (DESIGN.md section 13) on the Alibaba openb lists.
+"""Trace replay with the FGD paper's protocol (docs/design.md section 13) on the Alibaba openb lists.
 
     python bench/trace_replay.py --pods ../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv \\
         --policy packing --seeds 42-51 --json

@@ -1,1 +1,1 @@
-"""Consolidation plans: analysis, admin approval, replacement-first execution (DESIGN.md section 6)."""
+"""Consolidation plans: analysis, admin approval, replacement-first execution (docs/design.md section 6)."""

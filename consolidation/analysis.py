@@ -14,21 +14,29 @@ section lists each budget, its source and how much of it the plan uses. Namespac
 the planner as the scheduler enforces them (``namespace_quotas``), with each uniform MPS /
 time-slicing node's slot (what a shared replica is charged there).
 
+Nodes an approved or executing plan touches are left alone, as rollouts' are
+(``consolidation.collisions``). ``run_analysis`` stores a plan only when it moves something; a
+plan with exactly the moves of a proposed one refreshes that one instead of adding a duplicate,
+and older proposed plans that collide with a new one are superseded (with the reason).
+
 ``fingerprint`` is, per node, what the plan relies on (readiness, cordon, sharing config, each
 GPU's allocation, the active placements on it); ``changed_nodes`` compares it with now.
 """
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from consolidation.budgets import Budget, deployment_budgets
 from consolidation.choices import PlanStatus
-from consolidation.models import ConsolidationPlan
+from consolidation.collisions import claimed_nodes, collision, plan_lock
+from consolidation.models import PLAN_STATES, ConsolidationPlan
 from consolidation.pricing import kwh_per_hour, price_usd_per_hour
 from lifecycle.audit import record
 from nodes.catalog import CATALOG
@@ -54,6 +62,7 @@ from scheduler.services.releasing import ACTIVE_PLACEMENT
 
 PRIORITY_RANK = {"high": 2, "medium": 1, "low": 0}
 PLAN_PROPOSED = "consolidationplan.proposed"
+PLAN_REFRESHED = "consolidationplan.refreshed"
 
 
 def _free_partitions() -> tuple[dict[int, int], dict[int, Counter[str]], dict[int, int]]:
@@ -81,6 +90,7 @@ def cluster_for_consolidation(cluster: ClusterBackend | None = None
                               ) -> tuple[list[PlanNode], list[PlanWorkload], dict[str, Budget]]:
     """Nodes, workloads and disruption budgets for the planner (see the module docstring)."""
     owned = set(RolloutNode.objects.filter(rollout__status__in=ACTIVE_STATUSES).values_list("node_name", flat=True))
+    owned |= claimed_nodes()  # an approved or executing plan relies on them as they are
     free_slots, free_mig, in_use = _free_partitions()
     nodes: list[PlanNode] = []
     for node in Node.objects.prefetch_related("gpus").order_by("name"):
@@ -201,27 +211,91 @@ def _budget_rows(result: ConsolidationResult, budgets: dict[str, Budget]) -> lis
             for key in sorted(shown, key=int) if key in budgets]
 
 
-def analyse(*, actor: Any = None, store_empty: bool = True,
-            cluster: ClusterBackend | None = None) -> ConsolidationPlan | None:
-    """Run the planner on the cluster now and store its plan (proposed); None when it found
-    nothing to do and ``store_empty`` is False (the beat's analysis keeps no empty plans)."""
+@dataclass(frozen=True)
+class Analysis:
+    """What one analysis did: ``plan`` is the proposed plan it made (``created``) or found with
+    exactly its moves and refreshed; None when there is nothing to consolidate now (no plan is
+    stored then: an empty plan is no proposal). ``superseded``: older proposed plans it replaced."""
+
+    plan: ConsolidationPlan | None
+    created: bool
+    superseded: tuple[int, ...]
+    method: str
+    skipped: tuple[dict[str, Any], ...]
+    budgets: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def detail(self) -> str:
+        if self.plan is None:
+            return "Nothing to consolidate now: no move would free a node or a GPU (see skipped)."
+        if not self.created:
+            return f"The analysis found the moves of plan {self.plan.pk} again: it was refreshed (fingerprint, expiry)."
+        superseded = f"; it supersedes plan(s) {', '.join(map(str, self.superseded))}" if self.superseded else ""
+        return f"Plan {self.plan.pk} proposed: {len(self.plan.moves)} move(s){superseded}."
+
+
+def run_analysis(*, actor: Any = None, cluster: ClusterBackend | None = None) -> Analysis:
+    """Run the planner on the cluster now; store its plan as proposed, or refresh the proposed plan
+    that has exactly its moves, superseding older proposed plans that collide with it (they were
+    made on an older view of the cluster). Nothing is stored when there is nothing to move."""
     nodes, workloads, budgets = cluster_for_consolidation(cluster)
     result = plan_consolidation(nodes, workloads, budgets={k: b.allowed for k, b in budgets.items()},
                                 policy=settings.CONSOLIDATION_POLICY,
                                 quotas=namespace_quotas({w.namespace for w in workloads if w.namespace}))
-    if not result.moves and not store_empty:
-        return None
+    skipped = tuple({"node": s.node, "gpu": s.gpu, "reason": s.reason} for s in result.skipped)
+    budget_rows = _budget_rows(result, budgets)
+    if not result.moves:
+        return Analysis(None, False, (), result.method, skipped, tuple(budget_rows))
     touched = sorted({m.from_node for m in result.moves} | {m.to_node for m in result.moves})
     usd, kwh = _savings(result.gpus_freed)
-    plan = ConsolidationPlan.objects.create(
-        status=PlanStatus.PROPOSED, moves=_move_rows(result), nodes_freed=list(result.nodes_freed),
-        gpus_freed=len(result.gpus_freed), savings_usd_per_hour=usd, savings_kwh_per_hour=kwh,
-        disruption={"workloads_moved": result.workloads_moved, "pdb_budget_used": dict(result.pdb_budget_used),
-                    "budgets": _budget_rows(result, budgets)},
-        method=result.method, skipped=[{"node": s.node, "gpu": s.gpu, "reason": s.reason} for s in result.skipped],
-        fingerprint=fingerprint(touched), created_by=actor if getattr(actor, "pk", None) else None,
-        expires_at=timezone.now() + timedelta(seconds=settings.CONSOLIDATION_PLAN_TTL_S))
-    record(PLAN_PROPOSED, plan, actor=actor or "consolidation",
-           reason=f"{len(result.moves)} move(s) free {len(result.nodes_freed)} node(s) and {len(result.gpus_freed)} GPU(s)",
-           after={"status": plan.status, "nodes_freed": plan.nodes_freed})
-    return plan
+    fields = {
+        "moves": _move_rows(result), "nodes_freed": list(result.nodes_freed), "gpus_freed": len(result.gpus_freed),
+        "savings_usd_per_hour": usd, "savings_kwh_per_hour": kwh,
+        "disruption": {"workloads_moved": result.workloads_moved, "pdb_budget_used": dict(result.pdb_budget_used),
+                       "budgets": budget_rows},
+        "method": result.method, "skipped": list(skipped), "fingerprint": fingerprint(touched),
+        "expires_at": timezone.now() + timedelta(seconds=settings.CONSOLIDATION_PLAN_TTL_S),
+    }
+    with transaction.atomic():
+        plan_lock()
+        proposed = list(ConsolidationPlan.objects.select_for_update().filter(status=PlanStatus.PROPOSED).order_by("pk"))
+        same = next((p for p in proposed if _move_keys(p.moves) == _move_keys(fields["moves"])), None)
+        if same is not None and _refresh(same, fields, actor):
+            return Analysis(same, False, (), result.method, skipped, tuple(budget_rows))
+        plan = ConsolidationPlan.objects.create(status=PlanStatus.PROPOSED,
+                                                created_by=actor if getattr(actor, "pk", None) else None, **fields)
+        record(PLAN_PROPOSED, plan, actor=actor or "consolidation",
+               reason=f"{len(result.moves)} move(s) free {len(result.nodes_freed)} node(s) and "
+                      f"{len(result.gpus_freed)} GPU(s)",
+               after={"status": plan.status, "nodes_freed": plan.nodes_freed})
+        superseded = []
+        for old in proposed:
+            why = collision(old, plan)
+            if why and PLAN_STATES.move(old, PlanStatus.SUPERSEDED, actor=actor or "consolidation",
+                                        reason=f"superseded by plan {plan.pk}, made on a newer view of the cluster "
+                                               f"({why.replace(f'plan {plan.pk} (proposed) ', 'it ')})"):
+                superseded.append(old.pk)
+    return Analysis(plan, True, tuple(superseded), result.method, skipped, tuple(budget_rows))
+
+
+def analyse(*, actor: Any = None, cluster: ClusterBackend | None = None) -> ConsolidationPlan | None:
+    """``run_analysis``'s plan: the proposed plan (new or refreshed), None when nothing would move."""
+    return run_analysis(actor=actor, cluster=cluster).plan
+
+
+def _move_keys(moves: list[dict[str, Any]]) -> set[tuple[int, str]]:
+    """What makes two plans' moves the same: each replica and the node it goes to."""
+    return {(int(m["placement"]), str(m["to_node"])) for m in moves}
+
+
+def _refresh(plan: ConsolidationPlan, fields: dict[str, Any], actor: Any) -> bool:
+    """Bring a proposed plan up to date with this analysis (same moves): what it relies on, its
+    savings, its expiry; False when it is no longer proposed."""
+    if not ConsolidationPlan.objects.filter(pk=plan.pk, status=PlanStatus.PROPOSED).update(
+            **fields, updated_at=timezone.now()):
+        return False
+    plan.refresh_from_db()
+    record(PLAN_REFRESHED, plan, actor=actor or "consolidation",
+           reason="a new analysis found the same moves: what it relies on and its expiry are brought up to date",
+           after={"expires_at": plan.expires_at.isoformat()})
+    return True

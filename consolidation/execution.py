@@ -1,8 +1,10 @@
 """Carrying out approved plans, one tick at a time (beat, every CONSOLIDATION_EXECUTE_INTERVAL_S).
 
-An approved plan is first re-validated against the cluster now (``analysis.changed_nodes``):
-if any node it relies on changed (a placement came or went, a GPU's allocation, cordon,
-readiness, sharing config), it is aborted with nothing evicted, and the reason says what changed.
+An approved plan is first re-validated: against the plans being carried out (one touching its
+nodes or replicas aborts it, nothing evicted: ``consolidation.collisions``), then against the
+cluster now (``analysis.changed_nodes``): if any node it relies on changed (a placement came or
+went, a GPU's allocation, cordon, readiness, sharing config), it is aborted with nothing
+evicted, and the reason says what changed.
 Otherwise it goes ``executing`` and each tick advances every move, replacement first:
 
 1. place a new replica of the workload's deployment on the move's target node (the placement
@@ -28,6 +30,7 @@ from django.utils import timezone
 
 from consolidation.analysis import changed_nodes
 from consolidation.choices import PlanStatus
+from consolidation.collisions import collisions
 from consolidation.models import PLAN_STATES, ConsolidationPlan
 from lifecycle.audit import record
 from nodes.cluster.backends import get_cluster
@@ -64,7 +67,13 @@ def advance_plans(*, cluster: ClusterBackend | None = None, now: datetime | None
 
 
 def start(plan: ConsolidationPlan, now: datetime) -> bool:
-    """Re-validate ``plan``; executing when the cluster is as it relied on, else aborted untouched."""
+    """Re-validate ``plan``; executing when the cluster is as it relied on and no executing plan
+    touches its nodes or replicas, else aborted untouched."""
+    overlaps = collisions(plan, (P.EXECUTING,))
+    if overlaps:
+        PLAN_STATES.move(plan, P.ABORTED, actor=ACTOR,
+                         reason=f"it collides with a plan being carried out ({'; '.join(overlaps)}); nothing was evicted")
+        return False
     changes = changed_nodes(plan)
     if changes:
         PLAN_STATES.move(plan, P.ABORTED, actor=ACTOR,

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.views import View
 from django.views.generic import ListView
 
-from consolidation.analysis import analyse
+from consolidation.analysis import run_analysis
 from consolidation.approval import NotAllowed, approve, reject
 from consolidation.filtersets import PlanFilterSet
 from consolidation.models import ConsolidationPlan
@@ -51,13 +51,15 @@ class PlanAnalyseView(RoleRequiredMixin, View):
     http_method_names = ["post"]
 
     def post(self, request: HttpRequest) -> HttpResponse:
-        plan = analyse(actor=request.user)
-        assert plan is not None  # store_empty: always a plan
-        if plan.moves:
-            messages.success(request, f"Plan {plan.pk}: {len(plan.moves)} move(s) proposed; review it and approve or reject.")
+        outcome = run_analysis(actor=request.user)
+        if outcome.plan is None:
+            messages.info(request, outcome.detail)
+            return HttpResponseRedirect(reverse("consolidation:plan-list"))
+        if outcome.created:
+            messages.success(request, f"{outcome.detail} Review it and approve or reject.")
         else:
-            messages.info(request, f"Plan {plan.pk}: nothing to consolidate now.")
-        return HttpResponseRedirect(f"{reverse('consolidation:plan-list')}#plan-{plan.pk}")
+            messages.info(request, outcome.detail)
+        return HttpResponseRedirect(f"{reverse('consolidation:plan-list')}#plan-{outcome.plan.pk}")
 
 
 class PlanDecisionView(RoleRequiredMixin, View):

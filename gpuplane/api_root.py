@@ -18,6 +18,7 @@ ENDPOINTS: tuple[tuple[str, str, str], ...] = (
     ("nodes", "nodes-api:node-list", ""),
     ("node", "nodes-api:node-list", "{name}/"),
     ("node-series", "nodes-api:node-list", "{name}/series/"),
+    ("node-gpu-report", "nodes-api:node-list", "{name}/gpu-report/"),
     ("gpus", "nodes-api:gpu-list", ""),
     ("gpu", "nodes-api:gpu-list", "{uuid}/"),
     ("gpu-series", "nodes-api:gpu-list", "{uuid}/series/"),

@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
-# django-ratelimit's rate syntax: a count per period, e.g. 10/m, 100/h, 5/10m.
+# A rate: a count per period, e.g. 10/m, 100/h, 5/10m (gpuplane/ratelimits.py reads it).
 _RATE = re.compile(r"[0-9]+/[0-9]*[smhd]")
 
 

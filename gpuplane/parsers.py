@@ -4,18 +4,22 @@ DRF's own parsers read the whole stream (bypassing Django's DATA_UPLOAD_MAX_MEMO
 only guards `request.body`) and hand it to `json.loads`, whose recursion on 100,000 `[` ends in
 a RecursionError, not a ValueError, so it escapes as a 500. These read at most
 DATA_UPLOAD_MAX_MEMORY_SIZE bytes and refuse JSON nested deeper than MAX_JSON_DEPTH.
+A JSON string may also spell a lone UTF-16 surrogate (`"\\ud800"`), which is no character: it
+would reach a field's message ("... is not a valid choice") and fail the JSON renderer. Such a
+body is a 400 naming the field that holds it (`{"priority": [...]}`), for every endpoint at once.
 They are DRF's DEFAULT_PARSER_CLASSES (settings.REST_FRAMEWORK).
 """
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import IO, Any
 
 from django.conf import settings
 from django.core.exceptions import SuspiciousOperation
 from django.http import QueryDict
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 
 # The API's deepest legitimate body is a telemetry batch: {"samples": [{...}]}, depth 3.
@@ -72,6 +76,30 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE_MESSAGE = "Text must be valid Unicode: a lone surrogate (\\ud800-\\udfff) is not allowed."
+
+
+def surrogate_fields(value: Any) -> dict[str, list[str]]:
+    """Messages by field path (`priority`, `samples.0.node`) for each key or string holding a lone surrogate."""
+    found: dict[str, list[str]] = {}
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                child_path = f"{path}.{key}" if path else str(key)
+                if _SURROGATE.search(key):
+                    found[child_path] = [SURROGATE_MESSAGE]
+                stack.append((child, child_path))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}.{index}" if path else str(index)) for index, child in enumerate(item))
+        elif isinstance(item, str) and _SURROGATE.search(item):
+            found[path or "non_field_errors"] = [SURROGATE_MESSAGE]
+    # A path is made of keys, which may hold the surrogate themselves: never echo one back.
+    return {_SURROGATE.sub("?", path): messages for path, messages in found.items()}
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
@@ -93,6 +121,9 @@ class LimitedJSONParser(JSONParser):
             raise ParseError(f"JSON parse error - {exc}") from None
         if json_depth(data) > self.max_depth:
             raise ParseError(f"JSON parse error - nested deeper than {self.max_depth} levels.")
+        errors = surrogate_fields(data)
+        if errors:
+            raise ValidationError(errors)
         return data
 
 

@@ -26,9 +26,12 @@ HSTS_SECONDS = 31_536_000  # one year, the production default
 
 # Paths reached inside the cluster, not through the TLS-terminating ingress, which must never be
 # redirected to https: the kubelet's probes (/healthz is answered before any redirect anyway),
-# Prometheus' scrapes, the node agents posting to the web Service, and the API server calling the
-# admission webhook (TLS of its own, no X-Forwarded-Proto).
-REDIRECT_EXEMPT = [r"^healthz$", r"^metrics(/|$)", r"^api/v1/telemetry/", r"^webhooks/"]
+# Prometheus' scrapes, the node agents posting to the web Service (their telemetry and their
+# node's GPU report), and the API server calling the admission webhook (TLS of its own, no
+# X-Forwarded-Proto).
+REDIRECT_EXEMPT = [
+    r"^healthz$", r"^metrics(/|$)", r"^api/v1/telemetry/", r"^api/v1/nodes/[^/]+/gpu-report/$", r"^webhooks/",
+]
 
 
 def production_problems(settings: Mapping[str, Any], environ: Mapping[str, str]) -> list[str]:

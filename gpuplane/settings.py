@@ -1,4 +1,4 @@
-"""gpuplane settings, read from the environment (see README.md, "Configuration").
+"""gpuplane settings, read from the environment (see docs/operations.md, "Configuration").
 
 Development defaults are safe and need no external service: SQLite under var/, an embedded
 Celery broker on the filesystem, the simulated cluster. Production sets DATABASE_URL,
@@ -24,7 +24,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 GPUPLANE_ENV = env_choice("GPUPLANE_ENV", MODES[0], MODES)
 _PRODUCTION = GPUPLANE_ENV == PRODUCTION
 VAR_DIR = Path(env_str("GPUPLANE_VAR_DIR", str(BASE_DIR / "var")))
-# --- Safe defaults (README.md, "Configuration"; gpuplane/private_files.py) ---------------------
+# --- Safe defaults (docs/operations.md, "Configuration"; gpuplane/private_files.py) ---------------------
 # var/ and everything created in it are owner-only (umask 077, 0700 directories, 0600 files).
 secure_var_dir(VAR_DIR)
 # DEBUG pages show settings and source: an explicit developer opt-in, never the default.
@@ -50,7 +50,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "knox",  # API tokens stored as digests, with an expiry (gpuplane/tokens.py)
-    "django_ratelimit",
     "django_filters",
     "drf_spectacular",
     "gpuplane",
@@ -71,8 +70,10 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "gpuplane.accounts.ActorMiddleware",  # account audit events name who made the change
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "gpuplane.path_parameters.PathParameterMiddleware",  # NUL in a path parameter: 400, not a 500
 ]
 
 ROOT_URLCONF = "gpuplane.urls"
@@ -113,6 +114,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+FORMAT_MODULE_PATH = "gpuplane.formats"  # dates as 2026-11-27 07:19 UTC, not "7:19 a.m." (gpuplane/formats/)
 
 STATIC_URL = "static/"
 # Hashed, compressed copies (gpuplane/staticfiles.py): `collectstatic` writes them here (the image
@@ -178,17 +180,15 @@ CACHES = {
 }
 # --- Sign-in and API tokens: rate limits and token lifetime (gpuplane/ratelimits.py, gpuplane/tokens.py) ---
 RATELIMIT_USE_CACHE = "ratelimit"
-RATELIMIT_IP_META_KEY = "gpuplane.ratelimits.client_address"
 # Behind a reverse proxy every request comes from the proxy: name the header it sets with the
 # client's address (e.g. X-Forwarded-For; its last entry is used). Empty: REMOTE_ADDR.
 GPUPLANE_CLIENT_IP_HEADER = env_str("GPUPLANE_CLIENT_IP_HEADER", "")
-# django-ratelimit names only memcached and django-redis as supported (W001); Django's own
-# RedisCache increments with Redis INCRBY (atomic). E003 flags the file cache (see above).
-SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"] + ([] if REDIS_URL else ["django_ratelimit.E003"])
-# Sign-in attempts (POSTs to /accounts/login/ and /admin/login/ together) and token requests
-# (POST /api/v1/auth/token/), per client address; over the limit: 429 with Retry-After.
+# Sliding windows; over a limit: 429 with Retry-After. Per client address: sign-in attempts
+# (POSTs to /accounts/login/ and /admin/login/ together) and token requests (POST /api/v1/auth/token/).
 GPUPLANE_LOGIN_RATE = env_rate("GPUPLANE_LOGIN_RATE", "10/m")
 GPUPLANE_TOKEN_RATE = env_rate("GPUPLANE_TOKEN_RATE", "10/m")
+# Per account, from any address: failed sign-ins on the pages and the token endpoint together.
+GPUPLANE_ACCOUNT_SIGN_IN_RATE = env_rate("GPUPLANE_ACCOUNT_SIGN_IN_RATE", "5/5m")
 # API tokens expire this many hours after they are issued; ask for a new one with the password.
 GPUPLANE_API_TOKEN_TTL_H = env_int("GPUPLANE_API_TOKEN_TTL_H", 720, minimum=1)
 REST_KNOX = {
@@ -198,18 +198,34 @@ REST_KNOX = {
 }
 
 # --- Celery -------------------------------------------------------------------------------
+# Every task's soft and hard time limits are at most these (most set shorter ones of their own).
+CELERY_TASK_SOFT_TIME_LIMIT = 300
+CELERY_TASK_TIME_LIMIT = 360
+# The tasks that are idempotent (safe to run again from the start after a run died part-way)
+# acknowledge their message only when they finish (acks_late) and give it back when their worker
+# dies (reject_on_worker_lost): see each task's docstring. With acks_late a worker fetches one
+# message at a time, so a long task never holds others back unstarted.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Redis hands a message a worker fetched but has not acknowledged to another worker after this
+# many seconds. With acks_late that is every message whose task is still running, or waiting for
+# its retry countdown, so it must be longer than the longest task (CELERY_TASK_TIME_LIMIT) plus
+# the longest countdown (a watch retry, DEPLOYMENT_WATCH_INTERVAL_S), or a long task would run
+# twice at once. The embedded broker has no such timeout.
+CELERY_BROKER_VISIBILITY_TIMEOUT_S = env_int("GPUPLANE_CELERY_VISIBILITY_TIMEOUT_S", 3600,
+                                             minimum=CELERY_TASK_TIME_LIMIT + 60)
 CELERY_BROKER_DIR = VAR_DIR / "celery-broker"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": 3600}
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": CELERY_BROKER_VISIBILITY_TIMEOUT_S}
     if REDIS_KEY_PREFIX:
         CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = REDIS_KEY_PREFIX
 else:
-    # Embedded broker: kombu's filesystem transport works across processes on one machine.
+    # Embedded broker: kombu's filesystem transport, with whole-file writes (gpuplane/broker.py).
     for sub in ("queue", "processed", "control"):
         (CELERY_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     # "localhost" only silences kombu's "no hostname" warning; the transport ignores it.
     CELERY_BROKER_URL = "filesystem://localhost//"
+    CELERY_BROKER_TRANSPORT = "gpuplane.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(CELERY_BROKER_DIR / "queue"),
         "data_folder_out": str(CELERY_BROKER_DIR / "queue"),
@@ -220,12 +236,10 @@ else:
         "control_folder": str(CELERY_BROKER_DIR / "control"),
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
-CELERY_TASK_SOFT_TIME_LIMIT = 300
-CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULER = "gpuplane.celery:LivenessScheduler"  # beat's own, plus the liveness file
 INVENTORY_SYNC_INTERVAL_S = env_int("GPUPLANE_INVENTORY_SYNC_INTERVAL_S", 30, minimum=5)
-# --- Telemetry (DESIGN.md section 8) ---------------------------------------------------------
+# --- Telemetry (docs/design.md section 8) ---------------------------------------------------------
 # Where poll_metrics_task reads GPU metrics: simulator, DCGM via Prometheus, none (agents push to the API).
 GPUPLANE_TELEMETRY_SOURCE = env_choice(
     "GPUPLANE_TELEMETRY_SOURCE", "simulated" if GPUPLANE_CLUSTER == "simulated" else "none", ("simulated", "dcgm", "none")
@@ -252,7 +266,7 @@ GPUPLANE_METRICS_TOKEN = env_str("GPUPLANE_METRICS_TOKEN", "")
 # of 40,000 GPUs would be 200,000 series per scrape, and NVIDIA's DCGM exporter already exports them.
 GPUPLANE_METRICS_PER_GPU = env_bool("GPUPLANE_METRICS_PER_GPU", False)
 
-# --- Placement (DESIGN.md section 3; scheduler/services.py) ---------------------------------
+# --- Placement (docs/design.md section 3; scheduler/services.py) ---------------------------------
 # The scheduling profile deploys use: "balanced" (the seed's weights) or "packing", or one of
 # SCHEDULER_PROFILES, which adds or overrides profiles as data (scheduler/core/profiles.py shape).
 GPUPLANE_SCHEDULER_PROFILE = env_str("GPUPLANE_SCHEDULER_PROFILE", "balanced")
@@ -276,21 +290,24 @@ DEPLOYMENT_WATCH_INTERVAL_S = env_int("GPUPLANE_DEPLOYMENT_WATCH_INTERVAL_S", 5,
 # Container image of the workloads gpuplane creates; it reads the model name from MODEL_NAME.
 GPUPLANE_WORKLOAD_IMAGE = env_str("GPUPLANE_WORKLOAD_IMAGE", "vllm/vllm-openai:latest")
 
-# Rolling updates (DESIGN.md section 5): how often the reconciler advances running rollouts, how
+# Rolling updates (docs/design.md section 5): how often the reconciler advances running rollouts, how
 # long one node step (pre-warm, proof) may take before the node is failed and restored, and how
 # long to wait after an eviction answered 429 (a PodDisruptionBudget) before trying again.
 ROLLOUT_RECONCILE_INTERVAL_S = env_int("GPUPLANE_ROLLOUT_RECONCILE_INTERVAL_S", 5, minimum=1)
 ROLLOUT_STEP_TIMEOUT_S = env_int("GPUPLANE_ROLLOUT_STEP_TIMEOUT_S", 600, minimum=10)
 ROLLOUT_EVICTION_BACKOFF_S = env_int("GPUPLANE_ROLLOUT_EVICTION_BACKOFF_S", 10, minimum=1)
+# A created rollout owns its nodes (no other rollout may target them) until it ends; one nobody
+# starts within this many seconds expires and releases them (rollouts.expiry).
+ROLLOUT_START_DEADLINE_S = env_int("GPUPLANE_ROLLOUT_START_DEADLINE_S", 86400, minimum=60)
 
-# --- Savings (DESIGN.md section 6; savings/) --------------------------------------------------
+# --- Savings (docs/design.md section 6; savings/) --------------------------------------------------
 # Price of one GPU-hour per catalog model in USD, over nodes.gpu_costs.DEFAULT_GPU_PRICE_USD_PER_HOUR,
 # e.g. GPUPLANE_GPU_PRICE_USD_PER_HOUR='{"H100-SXM5-80GB": 6.5, "L4": 0.7}'. Power is the catalog's board power.
 GPU_PRICE_USD_PER_HOUR = env_number_map("GPUPLANE_GPU_PRICE_USD_PER_HOUR")
 # How often a savings sample is recorded, and how long samples are kept (as the telemetry rollups).
 SAVINGS_SAMPLE_INTERVAL_S = env_int("GPUPLANE_SAVINGS_SAMPLE_INTERVAL_S", 300, minimum=10)
 SAVINGS_RETENTION_D = env_int("GPUPLANE_SAVINGS_RETENTION_D", 30, minimum=1)
-# Consolidation (DESIGN.md section 6): how often the analysis runs, how long a proposed plan may
+# Consolidation (docs/design.md section 6): how often the analysis runs, how long a proposed plan may
 # wait for an admin, whether plans are approved automatically (off: an admin decides), the
 # re-placement policy, how many replicas of one deployment a plan may move (its disruption
 # budget), the executor's tick and how long a move may take. GPU prices: GPU_PRICE_USD_PER_HOUR above.

@@ -68,6 +68,26 @@ class StrictFloatField(serializers.FloatField):
         return super().to_internal_value(data)
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """JSON true or false; in a form-encoded body the text `true` or `false`.
+
+    DRF's BooleanField also takes 1, 0, "yes", "on", "t" ..., and reads a form post that leaves
+    the field out as false rather than as its default; here an omitted field gets its default.
+    """
+
+    default_error_messages = {"invalid": "Enter true or false."}
+    default_empty_html = serializers.empty
+    FORM_VALUES = {"true": True, "false": False}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if isinstance(data, bool):
+            return data
+        if isinstance(data, str) and data in self.FORM_VALUES and html.is_html_input(getattr(self.parent, "initial_data", None)):
+            return self.FORM_VALUES[data]
+        self.fail("invalid")
+        raise AssertionError("unreachable")  # fail() raises
+
+
 class RejectUnknownFieldsMixin:
     """A body key the serializer does not take is a 400 under that key, with the field errors.
 

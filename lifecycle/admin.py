@@ -1,6 +1,35 @@
+"""The Django admin of the audit trail, and the read-only admin every app uses for rows that only
+its services may write (inventory, placements, deployments, telemetry): changing them here would
+bypass the scheduler's locks, holds and audit events, so the admin shows them and nothing more."""
+from __future__ import annotations
+
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from lifecycle.models import AuditEvent
+
+
+class ServiceWrittenMixin:
+    """No add, change or delete in the admin: the row is written by a service (which says which)."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ServiceWrittenAdmin(ServiceWrittenMixin, admin.ModelAdmin):
+    pass
+
+
+class ServiceWrittenInline(ServiceWrittenMixin, admin.TabularInline):
+    extra = 0
 
 
 @admin.register(AuditEvent)

@@ -115,3 +115,16 @@ def tick_lock(name: str, *, ttl_s: float) -> Iterator[bool]:
                     cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
             except DatabaseError:  # the connection broke: the server dropped the lock with it
                 pass
+
+
+def transaction_lock(name: str) -> None:
+    """Inside ``transaction.atomic()``: wait for, and hold until the transaction ends, the lock ``name``.
+
+    On PostgreSQL a transaction-scoped advisory lock (``pg_advisory_xact_lock``), so writers that
+    read-check-then-write (two approvals checking each other's plans) take turns. Elsewhere it
+    does nothing: SQLite lets one writer commit at a time, and the checks that must hold in any
+    case run again under a ``tick_lock`` (the executor's).
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(name)])

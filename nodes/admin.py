@@ -1,24 +1,24 @@
-from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from lifecycle.admin import ServiceWrittenAdmin, ServiceWrittenInline
 from nodes.holds import partition_holder, with_holder_id
-from nodes.models import GPU, GPUSample, GPUSampleRollup, Node, NodeAgentToken, Partition
+from nodes.models import GPU, GPUSample, GPUSampleRollup, Node, NodeAgentToken, NodeGPUReport, Partition
 
 
-class GPUInline(admin.TabularInline):
+# Inventory is what inventory sync found on the cluster (and placements' holds): shown, never edited here.
+class GPUInline(ServiceWrittenInline):
     model = GPU
-    extra = 0
     fields = ("index", "uuid", "model", "memory_mib", "mig_enabled", "allocated_milli", "utilization_pct")
     readonly_fields = ("utilization_pct",)
     show_change_link = True
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(ServiceWrittenAdmin):
     list_display = ("name", "gpu_model", "gpu_count", "sharing_mode", "sharing_replicas", "ready", "cordoned", "last_seen")
     list_filter = ("gpu_model", "sharing_mode", "ready", "cordoned")
     search_fields = ("name", "gpu_product")
@@ -44,15 +44,14 @@ class HeldByMixin:
         return format_html('<a href="{}">{}</a>', holder.url, holder.label) if holder else "-"
 
 
-class PartitionInline(HeldByMixin, admin.TabularInline):
+class PartitionInline(HeldByMixin, ServiceWrittenInline):
     model = Partition
-    extra = 0
     fields = ("slot", "kind", "share_milli", "memory_mib", "mig_profile", "mig_start", "mig_size", "held_by", "pod")
     readonly_fields = ("held_by",)
 
 
 @admin.register(GPU)
-class GPUAdmin(admin.ModelAdmin):
+class GPUAdmin(ServiceWrittenAdmin):
     list_display = ("__str__", "uuid", "model", "memory_mib", "mig_enabled", "allocated_milli", "utilization_pct", "sampled_at")
     list_filter = ("model", "mig_enabled", "node__sharing_mode")
     search_fields = ("uuid", "node__name")
@@ -61,7 +60,7 @@ class GPUAdmin(admin.ModelAdmin):
 
 
 @admin.register(Partition)
-class PartitionAdmin(HeldByMixin, admin.ModelAdmin):
+class PartitionAdmin(HeldByMixin, ServiceWrittenAdmin):
     list_display = ("__str__", "kind", "share_milli", "memory_mib", "mig_profile", "held_by", "pod")
     list_filter = ("kind", "mig_profile")
     search_fields = ("gpu__uuid", "gpu__node__name", "pod")
@@ -76,17 +75,8 @@ class PartitionAdmin(HeldByMixin, admin.ModelAdmin):
 # --- telemetry ----------------------------------------------------------------------------------
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ServiceWrittenAdmin):
     """Rows written by the telemetry pipeline only; the admin may look, not edit."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(GPUSample)
@@ -110,6 +100,15 @@ class GPUSampleRollupAdmin(ReadOnlyAdmin):
     list_select_related = ("gpu__node",)
     ordering = ("-bucket_start",)
     show_full_result_count = False
+
+
+@admin.register(NodeGPUReport)
+class NodeGPUReportAdmin(ReadOnlyAdmin):
+    """What each node's agent last reported of its GPUs (written by the agent's API call only)."""
+
+    list_display = ("node", "revision", "applied_revision", "changed_at", "reported_at")
+    search_fields = ("node__name",)
+    list_select_related = ("node",)
 
 
 @admin.register(NodeAgentToken)

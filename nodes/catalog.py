@@ -1,7 +1,7 @@
 """GPU models gpuplane knows: memory, throughput, power, compute capability, MIG profiles.
 
 Pure Python (no Django) so that the scheduler core, benchmarks and property tests can use it
-alone. The figures follow DESIGN.md section 14 (NVIDIA datasheets); check a new model against its
+alone. The figures follow docs/design.md section 14 (NVIDIA datasheets); check a new model against its
 datasheet before adding it.
 
 Where each number comes from:
@@ -14,15 +14,13 @@ Where each number comes from:
   power limit (SXM / PCIe variant as named by the key), ``max_sm_clock_mhz`` the highest SM
   (boost) clock of the board, as ``nvidia-smi -q`` lists under "Max Clocks". Telemetry bounds
   what it accepts by these (``nodes.telemetry.limits``).
-- MIG profiles follow the geometry table of DESIGN.md section 4; see ``_MIG_GEOMETRY``. A
-  profile's ``memory_mib`` is its share of the board's memory slices,
-  ``memory_slices * memory_mib // 8``. On the A100s that equals the nominal size in the profile
-  name times 1024 (3g.40gb -> 40960 MiB); on Hopper boards, whose reported total is a little
-  under the marketing size, it is a little under nominal (H100 3g.40gb -> 40779 MiB). The point
-  is that the instances of any valid layout never add up to more than the board's memory, which
-  the inventory's per-GPU memory accounting relies on. NVML reports somewhat less usable memory
-  per instance still (e.g. 9984 MiB for an H100 1g.10gb), so memory-hungry placements should
-  keep headroom.
+- MIG profiles follow the geometry table of docs/design.md section 4; see ``_MIG_GEOMETRY``. A
+  profile's ``memory_mib`` is the memory NVML reports for an instance of it (the MIG device's
+  ``nvmlDeviceGetMemoryInfo`` total, ``nvidia-smi mig -lgip``'s "Memory" column in GiB), which is
+  less than the profile's share of the board (``_MIG_MEMORY_MIB`` says where each row comes
+  from): a workload is sized against what it will really get, so a 9.8 GB model does not fit an
+  H100 ``1g.10gb`` (9,984 MiB). The instances of any valid layout add up to less than the board's
+  memory, which the inventory's per-GPU memory accounting relies on.
 - ``gfd_products`` are the values GPU feature discovery writes to ``nvidia.com/gpu.product``:
   the NVML device name with spaces replaced by ``-`` (``NVIDIA H100 80GB HBM3`` ->
   ``NVIDIA-H100-80GB-HBM3``), plus names older drivers used for the same board.
@@ -32,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# A MIG-capable GPU has 8 memory slices and 7 compute slices (DESIGN.md section 4).
+# A MIG-capable GPU has 8 memory slices and 7 compute slices (docs/design.md section 4).
 MIG_MEMORY_SLICES = 8
 MIG_COMPUTE_SLICES = 7
 
@@ -129,7 +127,7 @@ class UnknownGPUProduct(ValueError):
         )
 
 
-# Geometry rows of DESIGN.md section 4, in table order:
+# Geometry rows of docs/design.md section 4, in table order:
 # (compute slices, memory slices, max instances per GPU, valid starts in memory slices).
 _MIG_GEOMETRY: tuple[tuple[int, int, int, tuple[int, ...]], ...] = (
     (1, 1, 7, (0, 1, 2, 3, 4, 5, 6)),  # slice 7 can only be reached by larger instances
@@ -143,10 +141,13 @@ _MIG_GEOMETRY: tuple[tuple[int, int, int, tuple[int, ...]], ...] = (
 _PROFILE_NAME = re.compile(r"^(?P<compute>\d+)g\.(?P<gb>\d+)gb$")
 
 
-def _mig_profiles(gpu_memory_mib: int, names: tuple[str, str, str, str, str, str]) -> tuple[MIGProfile, ...]:
+def _mig_profiles(
+    key: str, gpu_memory_mib: int, names: tuple[str, str, str, str, str, str]
+) -> tuple[MIGProfile, ...]:
     """Build a model's profiles from its six profile names, one per geometry row."""
     profiles = []
-    for name, (compute, memory_slices, max_count, starts) in zip(names, _MIG_GEOMETRY, strict=True):
+    memory = _mig_memory_mib(key, gpu_memory_mib)
+    for name, (compute, memory_slices, max_count, starts), memory_mib in zip(names, _MIG_GEOMETRY, memory, strict=True):
         match = _PROFILE_NAME.match(name)
         # Guard against a typo in the table below: the name must state the row's compute slices.
         if match is None or int(match["compute"]) != compute:
@@ -158,10 +159,42 @@ def _mig_profiles(gpu_memory_mib: int, names: tuple[str, str, str, str, str, str
                 memory_slices=memory_slices,
                 max_count=max_count,
                 valid_starts=starts,
-                memory_mib=memory_slices * gpu_memory_mib // MIG_MEMORY_SLICES,
+                memory_mib=memory_mib,
             )
         )
     return tuple(profiles)
+
+
+# Instance memory in MiB per geometry row (1g small, 1g large, 2g, 3g, 4g, 7g) where a real
+# figure is known; NVML reports it in multiples of 128 MiB.
+# - H100 80GB HBM3, driver 580.159.04, measured with NVML (the MIG device's memory total).
+# - A100 40GB / 80GB: NVIDIA's MIG user guide (`nvidia-smi mig -lgip`: 4.75 / 9.62 / 19.50 /
+#   39.25 GiB on the 40GB board; 9.50 / 19.50 / 39.25 / 79.25 GiB on the 80GB board), the same
+#   figures GPU feature discovery publishes from NVML (`nvidia.com/mig-<profile>.memory`).
+# - H100 PCIe 80GB: the H100 80GB figures (same GH100 die, same memory size and slices).
+_MEASURED_MIG_MEMORY_MIB: dict[str, tuple[int, int, int, int, int, int]] = {
+    "H100-SXM5-80GB": (9984, 20096, 20096, 40448, 40448, 81152),
+    "H100-PCIe-80GB": (9984, 20096, 20096, 40448, 40448, 81152),
+    "A100-SXM4-40GB": (4864, 9856, 9856, 19968, 19968, 40192),
+    "A100-SXM4-80GB": (9728, 19968, 19968, 40192, 40192, 81152),
+}
+_DERIVED_FROM = "H100-SXM5-80GB"
+_DERIVED_FROM_BOARD_MIB = 81559
+_NVML_MIG_MEMORY_STEP_MIB = 128
+
+
+def _mig_memory_mib(key: str, gpu_memory_mib: int) -> tuple[int, ...]:
+    """A model's instance memory per geometry row: measured where known (`_MEASURED_MIG_MEMORY_MIB`),
+    else the H100 80GB figures scaled by the board's memory and rounded down to NVML's 128 MiB
+    step (H100 NVL 94GB, H200 141GB: no measurement yet; the scaled figure keeps the H100's
+    reserved share, so it errs neither way by more than a step or two)."""
+    measured = _MEASURED_MIG_MEMORY_MIB.get(key)
+    if measured is not None:
+        return measured
+    step = _NVML_MIG_MEMORY_STEP_MIB
+    return tuple(
+        mib * gpu_memory_mib // _DERIVED_FROM_BOARD_MIB // step * step for mib in _MEASURED_MIG_MEMORY_MIB[_DERIVED_FROM]
+    )
 
 
 def _model(
@@ -183,7 +216,7 @@ def _model(
         int8_tops=int8_tops,
         tdp_w=tdp_w,
         compute_capability=compute_capability,
-        mig_profiles=_mig_profiles(memory_mib, mig_names) if mig_names else (),
+        mig_profiles=_mig_profiles(key, memory_mib, mig_names) if mig_names else (),
         gfd_products=gfd_products,
         max_sm_clock_mhz=_MAX_SM_CLOCK_MHZ[key],
     )

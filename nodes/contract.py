@@ -17,8 +17,12 @@ LABEL_DEPLOYMENT = "gpuplane.io/deployment"  # id of the gpuplane Deployment beh
 LABEL_SHARING_MODE = "gpuplane.io/sharing-mode"  # set by gpuplane for mps-weighted nodes
 SHARING_MODE_LABEL_WEIGHTED = "mps-weighted"
 
-ANNOTATION_GPU_UUIDS = "gpuplane.io/gpu-uuids"  # node: comma list in index order, written by the node agent
-ANNOTATION_MIG_LAYOUT = "gpuplane.io/mig-layout"  # node: JSON {index: [[profile, start, size, uuid], ...]}
+# node: comma list of GPU UUIDs in index order, and JSON {index: [[profile, start, size, uuid], ...]}.
+# Read, never written, by gpuplane: the simulated cluster writes them (as a stand-in for a tool that
+# would); on a real cluster the node agent reports the same facts to the API instead
+# (`POST /api/v1/nodes/<name>/gpu-report/`), which wins where both exist (docs/architecture.md).
+ANNOTATION_GPU_UUIDS = "gpuplane.io/gpu-uuids"
+ANNOTATION_MIG_LAYOUT = "gpuplane.io/mig-layout"
 ANNOTATION_ASSIGNED_GPUS = "gpuplane.io/gpus"  # pod: GPU indexes it was given, "0,1"
 ANNOTATION_SHARE_MILLI = "gpuplane.io/share-milli"  # pod: weighted MPS share
 ANNOTATION_MIG_START = "gpuplane.io/mig-start"  # pod: placement start of its MIG instance

@@ -66,7 +66,7 @@ DEVICE_PLUGIN_CONFIGS: dict[str, dict[str, Any]] = {
     CONFIG_MPS_4: device_plugin_config("mps", 4),
     CONFIG_TIMESLICE_4: device_plugin_config("time-slicing", 4),
 }
-# One layout per GPU where it helps to show them side by side (DESIGN.md section 4 geometry).
+# One layout per GPU where it helps to show them side by side (docs/design.md section 4 geometry).
 MIG_CONFIGS: dict[str, list[dict[str, Any]]] = {
     MIG_CONFIG_H100: [
         {"devices": [0], "mig-enabled": True, "mig-devices": {"7g.80gb": 1}},

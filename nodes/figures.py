@@ -2,7 +2,7 @@
 
 Pure Python (no Django), so pages, /metrics and tests compute each figure the same way.
 
-Conventions, said once (README "Units"):
+Conventions, said once (docs/concepts.md, "Units and figures"):
 
 - **GB means GiB**: 1 GB = 1024 MiB (nodes.vocabulary.MIB_PER_GB), as in the API's `memory_gb`
   and NVIDIA's MIG profile names ("3g.40gb"). Pages write "GB" and never "GiB".

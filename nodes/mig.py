@@ -1,6 +1,6 @@
 """MIG geometry: which sets of MIG instances fit on one GPU, and where they go.
 
-Pure Python; imports only ``nodes.catalog``. The rules (DESIGN.md section 4): a GPU has 8 memory
+Pure Python; imports only ``nodes.catalog``. The rules (docs/design.md section 4): a GPU has 8 memory
 slices and 7 compute slices; an instance of a profile occupies memory slices
 ``[start, start + memory_slices)`` and must start at one of the profile's valid starts; no two
 instances overlap; a profile has at most ``max_count`` instances; the instances' compute slices

@@ -72,8 +72,15 @@ class GPU(models.Model):
     # Latest telemetry; null until a collector reports.
     utilization_pct = models.FloatField(null=True, blank=True)
     memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
+    memory_reserved_mib = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Memory the driver and firmware reserve (NVML memory info v2), apart from used"
+    )
     power_w = models.FloatField(null=True, blank=True)
+    power_limit_w = models.FloatField(null=True, blank=True, help_text="Enforced power limit, watts")
     temperature_c = models.FloatField(null=True, blank=True)
+    processes = models.JSONField(
+        null=True, blank=True, help_text="Compute processes of the latest sample: [[pid, used MiB or null], ...]"
+    )
     sampled_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -153,7 +160,9 @@ class GPUSample(models.Model):
     utilization_pct = models.FloatField(null=True, blank=True)
     memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
     memory_total_mib = models.PositiveIntegerField(null=True, blank=True)
+    memory_reserved_mib = models.PositiveIntegerField(null=True, blank=True)
     power_w = models.FloatField(null=True, blank=True)
+    power_limit_w = models.FloatField(null=True, blank=True)
     temperature_c = models.FloatField(null=True, blank=True)
     sm_clock_mhz = models.PositiveIntegerField(null=True, blank=True)
     source = models.CharField(max_length=16, blank=True, help_text="nvml | dcgm | simulated | agent")
@@ -233,3 +242,29 @@ class InventoryWatch(models.Model):
 
     def __str__(self) -> str:
         return f"inventory watch of {self.cluster_key} at nodes {self.nodes_version}, pods {self.pods_version}"
+
+
+class NodeGPUReport(models.Model):
+    """What a node's agent last reported of its GPUs, read from NVML on the node itself.
+
+    `gpus` is a list of `{"index", "uuid", "product", "memory_total_mib", "mig_enabled",
+    "mig_instances": [{"profile", "start", "size", "uuid", "memory_mib"}]}` in index order
+    (`nodes.inventory.agent_reports`). The agent's identity binding is applied to the GPU rows
+    when the report arrives; inventory sync applies the whole report (UUIDs, MIG mode and
+    instances) over what the cluster says each time it syncs the node, and marks the revision it
+    applied, so a report it has not applied yet brings the node into its next sync.
+    """
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="gpu_report")
+    gpus = models.JSONField(default=list)
+    reported_at = models.DateTimeField(help_text="When the agent last sent it (changed or not)")
+    changed_at = models.DateTimeField(help_text="When its content last changed")
+    revision = models.PositiveBigIntegerField(default=1, help_text="Raised by one each time the content changes")
+    applied_revision = models.PositiveBigIntegerField(default=0, help_text="The revision inventory sync last applied")
+
+    class Meta:
+        ordering = ["node__name"]
+        verbose_name = "node GPU report"
+
+    def __str__(self) -> str:
+        return f"GPU report of {self.node.name} (revision {self.revision})"

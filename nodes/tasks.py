@@ -34,6 +34,10 @@ SYNC_LOCK_TTL_S = SYNC_TIME_LIMIT_S + 30
     name="nodes.tasks.sync_inventory_task",
     soft_time_limit=SYNC_SOFT_TIME_LIMIT_S,
     time_limit=SYNC_TIME_LIMIT_S,
+    # Idempotent: a sync writes the differences between the cluster and the rows, so a run lost
+    # with its worker is run again (after its lock's expiry).
+    acks_late=True,
+    reject_on_worker_lost=True,
 )
 def sync_inventory_task() -> dict[str, Any]:
     """Sync the inventory from the configured cluster; return the SyncReport as a dict.
@@ -64,7 +68,7 @@ def _refresh_pages(after: str) -> None:
         logger.exception("refreshing the fleet pages' figures after the %s failed", after)
 
 
-# --- Telemetry (DESIGN.md section 8) ---------------------------------------------------------
+# --- Telemetry (docs/design.md section 8) ---------------------------------------------------------
 
 POLL_SOFT_TIME_LIMIT_S = 20
 POLL_TIME_LIMIT_S = 25
@@ -88,7 +92,7 @@ def poll_metrics_task() -> dict[str, Any]:
     1. One effective run per interval slot (`interval_slot`): a second beat started by mistake,
        or a re-delivered message, finds the slot claimed and returns {"skipped": True, "reason":
        "slot already polled", ...} without reading anything, so two beats still give one poll
-       per interval.
+       per interval. So it acknowledges early (no acks_late): a delivery again could only skip.
     2. No overlap: a run still going (a slow Prometheus) holds a `single_run` lock that expires
        with the hard time limit; the next one returns {"skipped": True, "reason": "previous poll
        still running"}.
@@ -133,6 +137,9 @@ def poll_metrics_task() -> dict[str, Any]:
     name="nodes.tasks.rollup_telemetry_task",
     soft_time_limit=ROLLUP_SOFT_TIME_LIMIT_S,
     time_limit=ROLLUP_TIME_LIMIT_S,
+    # Idempotent: rollup_and_expire rolls up what is not rolled up yet and deletes what has expired.
+    acks_late=True,
+    reject_on_worker_lost=True,
 )
 def rollup_telemetry_task() -> dict[str, Any]:
     """Roll expired raw samples into buckets and delete expired data (nodes.telemetry.rollup.rollup_and_expire).

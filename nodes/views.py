@@ -45,7 +45,7 @@ _SHORT_MODE_LABELS: dict[str, str] = {
     SharingMode.TIMESLICE: "Time-slicing",
 }
 
-# What isolation each mode really gives (DESIGN.md section 4); the detail page states it plainly.
+# What isolation each mode really gives (docs/design.md section 4); the detail page states it plainly.
 SHARING_NOTES: dict[str, str] = {
     SharingMode.EXCLUSIVE: "Each workload gets whole GPUs.",
     SharingMode.MIG: "Hardware-isolated MIG instances: own SMs, memory and faults.",

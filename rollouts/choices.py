@@ -9,6 +9,8 @@ class RolloutStatus(LabelledStrEnum):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     ROLLED_BACK = "rolled-back", "Rolled back"
+    EXPIRED = "expired", "Expired (not started in time)"
+    ABORTED = "aborted", "Aborted"  # by an operator (its nodes part-way changed were restored)
 
 
 class RolloutStrategy(LabelledStrEnum):
@@ -36,9 +38,10 @@ class NodeState(LabelledStrEnum):
 
 # A rollout in one of these owns its nodes: no second rollout may target them.
 ACTIVE_STATUSES = (RolloutStatus.PENDING, RolloutStatus.RUNNING, RolloutStatus.PAUSED)
-# Nodes in these count as done for the progress bar: their work is finished, whichever way it ended
-# (a rolled-back node was taken back and proven at its previous config). A failed node is not done.
-DONE_NODE_STATES = (NodeState.SUCCEEDED, NodeState.SKIPPED, NodeState.ROLLED_BACK)
+# Nodes in these count as done for the progress bar: at the target config, or left alone with a
+# reason. A rolled-back node is back at its previous config and a failed one never got there:
+# neither is done (the page counts them apart).
+DONE_NODE_STATES = (NodeState.SUCCEEDED, NodeState.SKIPPED)
 
 
 S, N = RolloutStatus, NodeState
@@ -49,8 +52,10 @@ ROLLOUT_FROM: dict[str, tuple[str, ...]] = {
     S.SUCCEEDED: (S.RUNNING,),
     S.FAILED: (S.PENDING, S.RUNNING, S.PAUSED),
     S.ROLLED_BACK: (S.RUNNING, S.PAUSED),
+    S.EXPIRED: (S.PENDING,),  # rollouts.expiry: not started by its start_by, its nodes released
+    S.ABORTED: (S.PENDING, S.RUNNING, S.PAUSED),
 }
-FINAL_STATUSES = (S.SUCCEEDED, S.FAILED, S.ROLLED_BACK)
+FINAL_STATUSES = (S.SUCCEEDED, S.FAILED, S.ROLLED_BACK, S.EXPIRED, S.ABORTED)
 
 # A node part-way changed (cordoned, owned by its rollout until it is done).
 IN_FLIGHT = (N.PREWARMING, N.DRAINING, N.RECONFIGURING, N.VERIFYING)

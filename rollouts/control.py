@@ -2,7 +2,9 @@
 
 Each is one move of the rollout's state machine (``rollouts.models.ROLLOUT_STATES``); the reconciler does the
 work. Starting first runs the preview again on the cluster as it is now, and is refused when a
-workload that must move has nowhere to go any more. ``NotAllowed`` (a 409) says why when the rollout's status does not allow the action.
+workload that must move has nowhere to go any more; then it writes the configs the rollout needs
+into the GPU operator's ConfigMaps (``rollouts.configs``), and is refused, no node touched, when
+they cannot be written. ``NotAllowed`` (a 409) says why when the rollout's status does not allow the action.
 Pausing stops the reconciler between steps; a node part-way changed stays as it is (cordoned,
 owned by the paused rollout) until resumed or aborted; a rollout paused while rolling back rolls
 back on when resumed. Aborting restores every node part-way changed (previous labels, pre-warmed
@@ -13,11 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
+
 from lifecycle.errors import Conflict
 from nodes.cluster.backends import get_cluster
-from nodes.cluster.base import ClusterBackend
+from nodes.cluster.base import ClusterBackend, ClusterError
 from nodes.sharing.node_config import NodeConfig
+from rollouts import configs as rollout_configs
 from rollouts.choices import ROLLOUT_FROM, NodeState, RolloutStatus
+from rollouts.expiry import expire, expired
 from rollouts.models import ROLLOUT_STATES, RollingUpdate
 from rollouts.preview import preview
 from rollouts.reconciler import restore_in_flight
@@ -29,7 +35,7 @@ ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "start": (S.RUNNING, (S.PENDING,)),
     "pause": (S.PAUSED, (S.RUNNING,)),
     "resume": (S.RUNNING, (S.PAUSED,)),
-    "abort": (S.FAILED, (S.PENDING, S.RUNNING, S.PAUSED)),
+    "abort": (S.ABORTED, (S.PENDING, S.RUNNING, S.PAUSED)),
 }
 assert all(set(allowed) <= set(ROLLOUT_FROM[to]) for to, allowed in ACTIONS.values())
 
@@ -49,7 +55,14 @@ def act(rollout: RollingUpdate, action: str, *, actor: Any = None,
     if rollout.status not in allowed:
         raise NotAllowed(_refusal(action, rollout.status, allowed), status=rollout.status)
     if action == "start":
+        rollout.refresh_from_db(fields=["status", "start_by"])
+    if action == "start" and expired(rollout, timezone.now()):
+        expire(rollout)
+        rollout.refresh_from_db()
+        raise NotAllowed(f"Cannot start: {rollout.message}.", status=rollout.status)
+    if action == "start":
         _check_still_safe(rollout, cluster)
+        _write_configs(rollout, cluster, actor)
     reason = f"{action} by {getattr(actor, 'username', actor) or 'system'}"
     if action == "abort":
         restored = restore_in_flight(rollout, cluster if cluster is not None else get_cluster(), "rollout aborted")
@@ -80,6 +93,16 @@ def _check_still_safe(rollout: RollingUpdate, cluster: ClusterBackend | None) ->
                     rollout_id=rollout.pk, cluster=cluster)
     if shown.blockers:
         raise NotAllowed(f"Not safe to start now: {'; '.join(shown.blockers)}.", status=rollout.status)
+
+
+def _write_configs(rollout: RollingUpdate, cluster: ClusterBackend | None, actor: Any) -> None:
+    """Write the configs the rollout needs into the GPU operator's ConfigMaps before it may touch a
+    node; NotAllowed (nothing cordoned, the rollout still pending) when they cannot be written."""
+    try:
+        rollout_configs.publish(rollout, cluster if cluster is not None else get_cluster(), actor=actor)
+    except ClusterError as error:
+        raise NotAllowed(f"Cannot start: the configs it needs cannot be written ({error}); no node was touched.",
+                         status=rollout.status) from None
 
 
 def _refusal(action: str, status: str, allowed: tuple[str, ...]) -> str:

@@ -4,19 +4,25 @@
 NVIDIA's rules or the MIG planner for each named node's GPU model); ``create_rollout`` raises
 ``RolloutRefused`` (a 409) when the preview shows it cannot be done safely now. A stored rollout
 is ``pending`` with one ``RolloutNode`` per target: ``skipped`` with the planner's reason, or
-``pending`` in its batch. Starting it is the reconciler's job, not this module's.
+``pending`` in its batch. Starting it is the reconciler's job, not this module's; one not started
+within ``ROLLOUT_START_DEADLINE_S`` (its ``start_by``) expires and releases its nodes
+(``rollouts.expiry``).
 """
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from lifecycle.audit import record
 from lifecycle.errors import Conflict, InvalidRequest
+from nodes.cluster.base import ClusterBackend
 from nodes.models import Node
 from nodes.node_configs import applied_config, validate_for_node
 from nodes.sharing.node_config import InvalidNodeConfig, NodeConfig
@@ -58,9 +64,10 @@ class RolloutRequest:
     maintenance_window: MaintenanceWindow | None = None
     move_back: bool = False
 
-    def preview(self) -> Preview:
+    def preview(self, cluster: ClusterBackend | None = None) -> Preview:
+        """The dry run on ``cluster`` (default: the configured backend)."""
         return preview(self.nodes, self.config, strategy=self.strategy, max_unavailable=self.max_unavailable,
-                       maintenance_window=self.maintenance_window, move_back=self.move_back)
+                       maintenance_window=self.maintenance_window, move_back=self.move_back, cluster=cluster)
 
 
 def nodes_selected(selector: Mapping[str, str]) -> list[str]:
@@ -112,13 +119,14 @@ def validate_request(name: str, node_names: Sequence[str], config: Any, *, strat
     return RolloutRequest(name, tuple(node_names), parsed, strategy, max_unavailable, on_failure, window, move_back)
 
 
-def create_rollout(request: RolloutRequest, *, actor: Any = None) -> RollingUpdate:
-    """Store ``request`` as a pending rollout, or raise ``RolloutRefused`` (nothing stored)."""
+def create_rollout(request: RolloutRequest, *, actor: Any = None, cluster: ClusterBackend | None = None) -> RollingUpdate:
+    """Store ``request`` as a pending rollout, or raise ``RolloutRefused`` (nothing stored); the
+    preview reads ``cluster`` (default: the configured backend)."""
     with transaction.atomic():
         # Locking the target nodes serialises two creations naming the same node, so both cannot
         # pass the "owned by another rollout" check.
         targets = {n.name: n for n in Node.objects.select_for_update().filter(name__in=request.nodes).order_by("pk")}
-        shown = request.preview()
+        shown = request.preview(cluster)
         if not shown.safe:
             raise RolloutRefused(shown)
         rollout = RollingUpdate.objects.create(
@@ -127,6 +135,7 @@ def create_rollout(request: RolloutRequest, *, actor: Any = None) -> RollingUpda
             maintenance_window=request.maintenance_window.as_dict() if request.maintenance_window else None,
             move_back=request.move_back,
             status=RolloutStatus.PENDING, plan=shown.as_dict(),
+            start_by=timezone.now() + timedelta(seconds=settings.ROLLOUT_START_DEADLINE_S),
             created_by=actor if getattr(actor, "is_authenticated", False) else None,
         )
         RolloutNode.objects.bulk_create(_rows(rollout, shown, targets))

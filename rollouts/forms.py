@@ -37,6 +37,24 @@ def parse_mig_layout(text: str) -> dict[str, int] | None:
     return layout or None
 
 
+def parse_node_selector(text: str) -> dict[str, str] | None:
+    """``"pool=serving, tier=gold"`` -> ``{"pool": "serving", "tier": "gold"}``; empty -> None."""
+    selector: dict[str, str] = {}
+    for part in (p.strip() for p in text.replace("\n", ",").split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise forms.ValidationError(f"Write each label as key=value, e.g. pool=serving (not {part!r}).")
+        selector[key.strip()] = value.strip()
+    return selector or None
+
+
+def current_mode(mode: str, replicas: int | None) -> str:
+    """A node's sharing config as the node choices show it: "mps × 4", "exclusive" (the API's words)."""
+    return f"{mode} × {replicas}" if replicas and replicas > 1 else mode
+
+
 def flatten(errors: Any) -> list[str]:
     """Every message of a DRF error detail (a list, a dict, nested), as text."""
     if isinstance(errors, dict):
@@ -49,7 +67,12 @@ def flatten(errors: Any) -> list[str]:
 
 class RolloutForm(forms.Form):
     name = forms.CharField(max_length=63, help_text="A DNS label: a-z, 0-9 and '-'.")
-    nodes = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, help_text="The nodes to change.")
+    nodes = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False,
+                                      help_text="The nodes to change, each with its sharing config now.")
+    node_selector = forms.CharField(
+        label="Or by label", required=False, max_length=2000,
+        help_text="Every node carrying all of these labels, e.g. pool=serving, tier=gold (a nodeSelector). "
+                  "Instead of ticking nodes.")
     mode = forms.ChoiceField(label="Sharing mode", choices=SharingMode.choices())
     replicas = forms.IntegerField(required=False, min_value=2,
                                   help_text="Replicas per GPU for MPS and time-slicing; empty otherwise.")
@@ -69,17 +92,26 @@ class RolloutForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        nodes = Node.objects.order_by("name").values_list("name", "gpu_model", "gpu_count")
-        self.fields["nodes"].choices = [(name, f"{name} ({count} × {model or 'GPU'})") for name, model, count in nodes]
+        nodes = Node.objects.order_by("name").values_list("name", "gpu_model", "gpu_count", "sharing_mode", "sharing_replicas")
+        self.fields["nodes"].choices = [
+            (name, f"{name} ({count} × {model or 'GPU'}) · now {current_mode(mode, replicas)}")
+            for name, model, count, mode, replicas in nodes
+        ]
         self.request_values: RolloutRequest | None = None
+
+    def clean_node_selector(self) -> dict[str, str] | None:
+        return parse_node_selector(self.cleaned_data.get("node_selector") or "")
 
     def clean_mig_layout(self) -> dict[str, int] | None:
         return parse_mig_layout(self.cleaned_data.get("mig_layout") or "")
 
     def api_body(self) -> dict[str, Any]:
         data = self.cleaned_data
+        targets: dict[str, Any] = {"nodes": list(data["nodes"])} if data.get("nodes") else {}
+        if data.get("node_selector"):
+            targets["node_selector"] = data["node_selector"]
         return {
-            "name": data["name"], "nodes": list(data["nodes"]),
+            "name": data["name"], **targets,
             "config": {"mode": data["mode"], "replicas": data.get("replicas"), "mig_layout": data.get("mig_layout")},
             "strategy": data["strategy"], "max_unavailable": data["max_unavailable"], "on_failure": data["on_failure"],
             "maintenance_window": self._window_body(), "move_back": bool(data.get("move_back")),

@@ -1,6 +1,6 @@
 """A rollout as rows: one ``RollingUpdate`` and a ``RolloutNode`` per target node.
 
-Both are persisted state machines (DESIGN.md section 5): their ``status``/``state`` change only
+Both are persisted state machines (docs/design.md section 5): their ``status``/``state`` change only
 through ``ROLLOUT_STATES`` and ``NODE_STATES`` (``lifecycle.transitions.StateMachine``: a
 conditional UPDATE and an audit event, ``rollingupdate.<status>`` / ``rolloutnode.<state>``), so
 a racing user and reconciler cannot both move the same row, and the reconciler that drives them
@@ -42,6 +42,9 @@ class RollingUpdate(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    start_by = models.DateTimeField(
+        null=True, blank=True,
+        help_text="A pending rollout not started by then expires and releases its nodes (GPUPLANE_ROLLOUT_START_DEADLINE_S)")
 
     class Meta:
         ordering = ["-created_at", "-id"]

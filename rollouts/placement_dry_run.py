@@ -14,6 +14,8 @@ decision, in the order the reconciler works:
   nothing placed for it (``steps._check_disruptable`` runs before any copy is placed);
 - each copy's reservation stays on the snapshot (the next decision sees it), and charged to its
   namespace's quota; the old replicas keep their capacity (they are released only by the drain);
+- a copy placed on a later batch's node is moved again when that node drains (issue 18: batch 1
+  moved a workload onto batch 2's node, and batch 2 then had nowhere to put it);
 - once a batch is done its nodes are empty, uncordoned and at the target config (GPUs as the
   device plugin or the MIG manager will offer them), ready to take the next batch's copies; a
   node with a workload the engine places nowhere is not changed (its step waits for room, times
@@ -120,6 +122,8 @@ class _DryRun:
         self.specs: dict[int, DeploySpec] = {}
         self.next_index: dict[int, int] = {}
         self.quotas: dict[str, QuotaUsage | None] = {}
+        # Node -> the replicas (by their original placement) whose copies this dry run put there.
+        self.arrived: dict[str, list[Placement]] = {}
 
     def node(self, name: str) -> NodeState:
         return self.snapshot.nodes[self.snapshot.index[name]]
@@ -129,10 +133,18 @@ class _DryRun:
             self.snapshot.update_node(replace(self.node(name), cordoned=cordoned))
 
     def move_off(self, name: str) -> list[tuple[EngineMove, tuple[str, str] | None]]:
-        """Each replica on ``name``'s copy, with (node, key) of what it holds on the snapshot (None: nothing)."""
-        placements = (Placement.objects.filter(node__name=name, status__in=ACTIVE_PLACEMENTS)
-                      .select_related("deployment").order_by("pk"))
-        return [self._copy(placement, name) for placement in placements]
+        """Each replica on ``name``'s copy, with (node, key) of what it holds on the snapshot (None:
+        nothing): the replicas placed there, then the copies earlier batches moved there (a later
+        batch's node drains those too)."""
+        placements = list(Placement.objects.filter(node__name=name, status__in=ACTIVE_PLACEMENTS)
+                          .select_related("deployment").order_by("pk"))
+        moved = []
+        for placement in placements + self.arrived.pop(name, []):
+            move, held = self._copy(placement, name)
+            if move.destination:
+                self.arrived.setdefault(move.destination, []).append(placement)
+            moved.append((move, held))
+        return moved
 
     def _copy(self, placement: Placement, source: str) -> tuple[EngineMove, tuple[str, str] | None]:
         deployment = placement.deployment

@@ -7,7 +7,9 @@ pre-warmed (``rollouts.placement_dry_run``: the deploy path's profile, snapshot 
 in the reconciler's order, nothing written), and reads the target nodes' pods from the cluster
 for those that will block a drain (``rollouts.drain_blockers``). It gives the plan plus what
 blocks starting now (``blockers``: workloads the engine places nowhere, nodes another rollout
-owns, nothing to change). Nothing is written.
+owns, nothing to change, other teams' pods the drain would leave with nowhere to run,
+``rollouts.evicted_pods``; configs the GPU operator's ConfigMaps lack and that cannot be written,
+``rollouts.configs``). Nothing is written: the configs are checked with a dry run of the write.
 
 Capacity (the dip) is counted in milli-GPUs as in the planner. A node offers its GPUs minus what
 pods gpuplane did not place hold (inventory sync's counters), so foreign pods are never counted
@@ -32,10 +34,13 @@ from nodes.cluster.base import ClusterBackend, ClusterError
 from nodes.contract import ANNOTATION_DO_NOT_DISRUPT
 from nodes.models import Node
 from nodes.node_configs import applied_config, with_mig_layouts
+from nodes.operator_configs import ConfigReport
 from nodes.sharing.node_config import NodeConfig
 from nodes.vocabulary import SHARE_MILLI_FULL
+from rollouts import configs as rollout_configs
 from rollouts.choices import ACTIVE_STATUSES, RolloutStrategy
 from rollouts.drain_blockers import DrainBlocker, drain_blockers, drained_pods, skip_reason
+from rollouts.evicted_pods import rebinding_problems
 from rollouts.models import RolloutNode
 from rollouts.placement_dry_run import ACTIVE_PLACEMENTS, EngineMove, place_moves, workload_key
 from scheduler.core import rollout as planner
@@ -56,6 +61,7 @@ class Preview:
     moves: tuple[EngineMove, ...] = ()
     drain_blockers: Mapping[str, tuple[DrainBlocker, ...]] = field(default_factory=dict)
     pods_unread: str = ""
+    configs: ConfigReport = field(default_factory=ConfigReport)
 
     @property
     def safe(self) -> bool:
@@ -80,6 +86,7 @@ class Preview:
             "drain_blockers": [{"node": node, "reason": skip_reason(list(pods), SKIP_OUTCOME),
                                 "pods": [p.as_dict() for p in pods]} for node, pods in self.drain_blockers.items()],
             "pods_unread": self.pods_unread,
+            "configs": self.configs.as_dict(),
             "explanation": self.explain(),
         }
 
@@ -87,6 +94,9 @@ class Preview:
         """The plan in sentences: the planner's batches and dip, the engine's moves, nodes to be skipped."""
         plan = self.plan
         lines = [f"{s.node}: skipped, {s.reason}" for s in plan.skipped]
+        if self.configs.to_write:
+            lines.append(f"written into the GPU operator's ConfigMaps before any node is cordoned: "
+                         f"{', '.join(self.configs.to_write)}")
         for batch in plan.batches:
             lines.append(f"batch {batch.index}: {', '.join(batch.nodes)} ({batch.capacity_dip_milli / 1000:g} GPU "
                          f"out of service, {batch.capacity_dip_percent:.1f} % of capacity)")
@@ -164,32 +174,43 @@ def preview(node_names: Sequence[str], config: NodeConfig, *, strategy: str = Ro
     if strategy == RolloutStrategy.BLUE_GREEN:
         plan = planner.RolloutPlan(plan.target, max_unavailable, plan.batches, plan.skipped, plan.refusals)
     in_batches = [name for batch in plan.batches for name in batch.nodes]
-    blocked, unread = _drain_blockers(in_batches, cluster)
-    moves = place_moves([batch.nodes for batch in plan.batches], config, skipped_at_turn=set(blocked))
+    backend = cluster if cluster is not None else get_cluster()
+    batches = [batch.nodes for batch in plan.batches]
+    blocked, unread, rebinding = _read_pods(batches, config, backend)
+    moves = place_moves(batches, config, skipped_at_turn=set(blocked))
     blockers = [f"{m.workload} on {m.source} cannot move: {m.reason}" for m in moves if m.refused]
+    blockers.extend(rebinding)
     for name, owner in sorted(owned_elsewhere(node_names, exclude=rollout_id).items()):
         blockers.append(f"{name} is already in active rollout {owner}")
     if not plan.batches:
         blockers.append("no target node needs changing (each is skipped, see skipped)")
+    configs = ConfigReport()
+    if in_batches:
+        configs = rollout_configs.check(with_mig_layouts(Node.objects.filter(name__in=in_batches)), config, backend)
+        blockers.extend(configs.problems)
     return Preview(plan, str(strategy), tuple(blockers), maintenance_window, move_back, tuple(moves), blocked,
-                   unread)
+                   unread, configs)
 
 
 SKIP_OUTCOME = "nothing on it will be changed"
 
 
-def _drain_blockers(node_names: Sequence[str],
-                    cluster: ClusterBackend | None) -> tuple[dict[str, tuple[DrainBlocker, ...]], str]:
-    """Per target node, the pods that will block its drain (none listed: nothing blocks it), and
-    why the pods could not be read ("" when they were): the steps check again at each node's turn."""
+def _read_pods(batches: Sequence[Sequence[str]], target: NodeConfig,
+               cluster: ClusterBackend) -> tuple[dict[str, tuple[DrainBlocker, ...]], str, list[str]]:
+    """Per target node, the pods that will block its drain (none listed: nothing blocks it); why
+    the pods could not be read ("" when they were): the steps check again at each node's turn; and
+    what keeps other teams' evicted pods from running again (``rollouts.evicted_pods``)."""
+    node_names = [name for batch in batches for name in batch]
     if not node_names:
-        return {}, ""
+        return {}, "", []
     try:
-        pods = (cluster if cluster is not None else get_cluster()).list_gpu_pods()
+        pods = cluster.list_gpu_pods()
+        nodes = cluster.list_nodes()
     except ClusterError as error:
-        return {}, f"the cluster's pods could not be read ({error}); each node's drain is checked at its turn"
+        return {}, f"the cluster's pods could not be read ({error}); each node's drain is checked at its turn", []
     found = {name: tuple(drain_blockers(drained_pods(pods, name))) for name in sorted(node_names)}
-    return {name: blockers for name, blockers in found.items() if blockers}, ""
+    blocked = {name: blockers for name, blockers in found.items() if blockers}
+    return blocked, "", rebinding_problems(pods, nodes, batches, target, skipped_at_turn=set(blocked))
 
 
 def _window(window: MaintenanceWindow | None) -> dict[str, Any] | None:

@@ -25,6 +25,7 @@ from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend
 from rollouts.blue_green import hold_for_pool
 from rollouts.choices import NodeState, OnFailure, RolloutStatus, RolloutStrategy
+from rollouts.expiry import expire_unstarted
 from rollouts.models import ROLLOUT_STATES, RollingUpdate, RolloutNode
 from rollouts.move_back import advance_move_back
 from rollouts.rollback import advance_rollback, rolls_back
@@ -39,10 +40,11 @@ FINISHED_NODES = (NodeState.SUCCEEDED, NodeState.SKIPPED, NodeState.FAILED, Node
 
 
 def reconcile(*, cluster: ClusterBackend | None = None, now: datetime | None = None) -> dict[str, Any]:
-    """Advance every running rollout by one step; what each did, by id."""
+    """Expire pending rollouts past their ``start_by``, then advance every running rollout by one
+    step; what each did, by id."""
     backend = cluster if cluster is not None else get_cluster()
     when = now or timezone.now()
-    done: dict[str, Any] = {}
+    done: dict[str, Any] = {str(pk): "expired" for pk in expire_unstarted(when)}
     for rollout in RollingUpdate.objects.filter(status=RolloutStatus.RUNNING).order_by("pk"):
         try:
             done[str(rollout.pk)] = advance_rollout(rollout, backend, when)

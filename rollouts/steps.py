@@ -1,4 +1,4 @@
-"""One node's change, step by step (DESIGN.md section 5): the reconciler calls ``advance_node`` once per tick.
+"""One node's change, step by step (docs/design.md section 5): the reconciler calls ``advance_node`` once per tick.
 
 pending -> prewarming (cordon, then a new replica of every gpuplane workload on the node placed
 elsewhere through the placement services, waited for until ready) -> draining (every pod but
@@ -51,6 +51,7 @@ from nodes.node_configs import applied_config
 from nodes.sharing.node_config import NodeConfig, node_labels
 from nodes.vocabulary import SharingMode
 from rollouts.choices import IN_FLIGHT, NodeState
+from rollouts.configs import publish as publish_configs
 from rollouts.drain_blockers import drain_blockers, drained_pods, skip_reason
 from rollouts.models import NODE_STATES, RollingUpdate, RolloutNode
 from rollouts.restoring import ACTIVE_PLACEMENTS, ACTOR, fail_node, skip_node, want_config
@@ -97,6 +98,8 @@ def advance_node(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBack
             raise StepFailed(f"{step.get_state_display().lower()} took longer than "
                              f"{settings.ROLLOUT_STEP_TIMEOUT_S} s")
         if step.state == NodeState.PENDING:
+            if not _configs_written(step, rollout, cluster):
+                return False
             NODE_STATES.move(step, NodeState.PREWARMING, actor=ACTOR, reason="moving its workloads elsewhere first",
                              values={"step_started_at": now})
         elif step.state == NodeState.PREWARMING:
@@ -129,6 +132,18 @@ def cordon_batch(in_batch: list[RolloutNode], cluster: ClusterBackend) -> None:
 
 
 # ---- the steps ---------------------------------------------------------------------------------
+
+
+def _configs_written(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) -> bool:
+    """Before a node is first touched: every config the rollout needs is in the GPU operator's
+    ConfigMaps (written again if someone removed it since the start). False, the node left as it
+    is and waiting with the reason, when that cannot be done now."""
+    try:
+        publish_configs(rollout, cluster, actor=ACTOR)
+    except ClusterError as error:
+        note_waiting(step, f"waiting to write the configs it needs before touching the node: {error}")
+        return False
+    return True
 
 
 def _prewarm(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:

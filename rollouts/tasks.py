@@ -20,13 +20,15 @@ RECONCILE_LOCK_TTL_S = RECONCILE_TIME_LIMIT_S + 30
 
 
 @shared_task(name="rollouts.tasks.reconcile_rollouts_task", soft_time_limit=RECONCILE_SOFT_TIME_LIMIT_S,
-             time_limit=RECONCILE_TIME_LIMIT_S)
+             time_limit=RECONCILE_TIME_LIMIT_S, acks_late=True, reject_on_worker_lost=True)
 def reconcile_rollouts_task() -> dict[str, Any]:
     """Advance every running rollout one step (beat, every ROLLOUT_RECONCILE_INTERVAL_S).
 
     Two ticks must not overlap (both would drive the same node step), so a tick first takes the
     ``tick_lock`` (released by the death of a killed worker) and returns {"skipped": True} when
-    another holds it. No ``acks_late``: a tick lost with its worker is simply the next one.
+    another holds it. Idempotent (every step persists its progress and each cluster call is safe
+    to repeat), so it acknowledges late and a tick lost with its worker is delivered again,
+    unless the beat entry's expiry has passed (then the next tick does the work).
     """
     with tick_lock(RECONCILE_LOCK_KEY, ttl_s=RECONCILE_LOCK_TTL_S) as acquired:
         if not acquired:

@@ -30,6 +30,7 @@ from rollouts.models import RollingUpdate
 _STATUS_BADGES: dict[str, str] = {
     RolloutStatus.PENDING: "warn", RolloutStatus.RUNNING: "ok", RolloutStatus.PAUSED: "warn",
     RolloutStatus.SUCCEEDED: "ok", RolloutStatus.FAILED: "bad", RolloutStatus.ROLLED_BACK: "bad",
+    RolloutStatus.EXPIRED: "muted", RolloutStatus.ABORTED: "muted",
 }
 # Which buttons a rollout in each status offers (the API decides whether the action is allowed).
 ACTIONS_BY_STATUS: dict[str, tuple[str, ...]] = {
@@ -38,12 +39,25 @@ ACTIONS_BY_STATUS: dict[str, tuple[str, ...]] = {
     RolloutStatus.PAUSED: ("resume", "abort"),
 }
 ACTIONS = ("start", "pause", "resume", "abort")
-# How far along its steps each node state is, for the bar per node (the live script uses it too).
+# How far along its steps a node on its way to the new config is, for the bar per node (the live
+# script uses it too). A node that left that way (skipped, failed, rolled back) has no percentage:
+# its cell says how it ended (STEP_WORDS).
 STEP_PERCENT: dict[str, int] = {
     NodeState.PENDING: 0, NodeState.PREWARMING: 20, NodeState.DRAINING: 40, NodeState.RECONFIGURING: 60,
-    NodeState.VERIFYING: 80, NodeState.MOVING_BACK: 90, NodeState.SUCCEEDED: 100, NodeState.SKIPPED: 100, NodeState.FAILED: 100,
-    NodeState.ROLLED_BACK: 100,
+    NodeState.VERIFYING: 80, NodeState.MOVING_BACK: 90, NodeState.SUCCEEDED: 100,
 }
+STEP_WORDS: dict[str, str] = {
+    NodeState.SKIPPED: "left as it was", NodeState.FAILED: "stopped: restored and uncordoned",
+    NodeState.ROLLED_BACK: "back at its previous config",
+}
+# The counts under the progress bar, in this order.
+COUNTED_STATES = (NodeState.SUCCEEDED, NodeState.SKIPPED, NodeState.ROLLED_BACK, NodeState.FAILED)
+
+
+def node_counts(nodes: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """(state, how many) for the states COUNTED_STATES names, then "in progress or waiting"."""
+    counts = [(str(state), sum(node["state"] == state for node in nodes)) for state in COUNTED_STATES]
+    return [*counts, ("other", len(nodes) - sum(n for _, n in counts))]
 # Seconds between two reads of the API on the live page.
 POLL_SECONDS = 3
 
@@ -109,7 +123,8 @@ class RolloutCreateView(RoleRequiredMixin, FormView):
         except RolloutRefused as error:
             return self.render_to_response(self.get_context_data(
                 form=form, refused=list(error.preview.blockers), preview=error.preview.as_dict()))
-        messages.success(self.request, f"Created rollout {rollout.name}: pending until started.")
+        # The status badge says pending (and follows the rollout live); a flash saying so would go stale.
+        messages.success(self.request, f"Created rollout {rollout.name}.")
         return HttpResponseRedirect(reverse("rollouts:rollout-detail", args=[rollout.pk]))
 
 
@@ -129,11 +144,13 @@ class RolloutDetailView(RoleRequiredMixin, DetailView):
         data = RollingUpdateSerializer(rollout).data
         for node in data["nodes"]:
             node["badge"] = node_badge(node["state"])
-            node["step_percent"] = STEP_PERCENT.get(node["state"], 0)
+            node["step_percent"] = STEP_PERCENT.get(node["state"])
+            node["step_words"] = STEP_WORDS.get(node["state"], "")
         offered = ACTIONS_BY_STATUS.get(rollout.status, ())
         object_type = object_type_of(rollout)
         context.update(
             data=data,
+            counts=node_counts(data["nodes"]),
             badge=status_badge(rollout.status),
             events=rollout_events(rollout),
             events_url=reverse("rollouts-api:rollout-events", args=[rollout.pk]),
@@ -145,6 +162,8 @@ class RolloutDetailView(RoleRequiredMixin, DetailView):
             audit_api_query=f"object_type={object_type}&object_id={rollout.pk}",
             live_words={
                 "step_percent": {str(state): p for state, p in STEP_PERCENT.items()},
+                "step_words": {str(state): words for state, words in STEP_WORDS.items()},
+                "counted_states": [str(state) for state in COUNTED_STATES],
                 "actions": {str(status): list(a) for status, a in ACTIONS_BY_STATUS.items()},
                 "node_badges": {state.value: node_badge(state) for state in NodeState},
                 "status_badges": {status.value: status_badge(status) for status in RolloutStatus},

@@ -1,4 +1,4 @@
-"""A rollout's maintenance window: a node's change starts only while it is open (DESIGN.md section 5, step 1).
+"""A rollout's maintenance window: a node's change starts only while it is open (docs/design.md section 5, step 1).
 
 The window (``RollingUpdate.maintenance_window``, null: any time) gates the one step that
 disrupts a node for the first time: leaving ``pending`` (cordon, pre-warm, then drain). A node

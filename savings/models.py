@@ -1,4 +1,4 @@
-"""What sharing saved over time: one sample of the cluster's savings per interval (DESIGN.md section 6).
+"""What sharing saved over time: one sample of the cluster's savings per interval (docs/design.md section 6).
 
 GPU-hours, dollars and energy saved over a window are integrated from these samples
 (scheduler.core.savings.integrate_samples); samples older than settings.SAVINGS_RETENTION_D

@@ -21,7 +21,8 @@ def record_savings_task() -> dict[str, Any]:
 
     One sample per interval slot (lifecycle.locks.claim_slot): a second beat or a re-delivered
     message finds the slot claimed and returns {"skipped": True, ...} without recording, so the
-    integrated GPU-hours never count an interval twice.
+    integrated GPU-hours never count an interval twice. Acknowledged early (no acks_late): a
+    delivery again could only skip.
     """
     interval_s = settings.SAVINGS_SAMPLE_INTERVAL_S
     slot = interval_slot(interval_s)

@@ -4,32 +4,33 @@ from django.contrib import admin
 from django.db.models import Model
 from django.http import HttpRequest
 
+from lifecycle.admin import ServiceWrittenAdmin, ServiceWrittenInline
 from scheduler.models import Decision, Deployment, NamespaceQuota, PartitionHold, Placement
 
 
-class PlacementInline(admin.TabularInline):
+# Deployments, placements and holds change only through the services (deploy, release, moves),
+# which take the placement lock and record audit events: the admin shows them and nothing more.
+class PlacementInline(ServiceWrittenInline):
     model = Placement
-    extra = 0
     fields = ("replica_index", "node", "status", "workload_name", "sharing", "gpu_indexes", "share_milli", "memory_mib", "mig_profile")
     raw_id_fields = ("node",)
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(admin.ModelAdmin):
+class DeploymentAdmin(ServiceWrittenAdmin):
     list_display = ("name", "namespace", "model", "memory_mib", "gpu_count", "replicas", "priority", "sharing", "status", "created_at")
     list_filter = ("status", "priority", "workload_type", "sharing", "namespace")
     search_fields = ("name", "model", "namespace")
     inlines = [PlacementInline]
 
 
-class PartitionHoldInline(admin.TabularInline):
+class PartitionHoldInline(ServiceWrittenInline):
     model = PartitionHold
-    extra = 0
     raw_id_fields = ("partition",)
 
 
 @admin.register(Placement)
-class PlacementAdmin(admin.ModelAdmin):
+class PlacementAdmin(ServiceWrittenAdmin):
     inlines = [PartitionHoldInline]
     list_display = ("__str__", "node", "status", "workload_name", "created_at")
     list_filter = ("status",)

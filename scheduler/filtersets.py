@@ -15,12 +15,14 @@ def _namespaces() -> list[tuple[str, str]]:
 
 
 class DeploymentFilterSet(django_filters.FilterSet):
-    """`?status=` (repeatable; an unknown status is a 400 in the API, a form error on the page) and
-    `?namespace=` (exact, repeatable; a namespace that holds nothing matches nothing)."""
+    """`?status=` (repeatable; an unknown status is a 400 in the API, a form error on the page),
+    `?namespace=` (exact, repeatable; a namespace that holds nothing matches nothing) and `?name=`
+    (exact: how the CLI finds `gpuplane explain chat` without paging through every row)."""
 
+    name = django_filters.CharFilter(label="Name")
     status = django_filters.MultipleChoiceFilter(choices=DeploymentStatus.choices(), label="Status")
     namespace = MultiValueCharFilter(choices=_namespaces, label="Namespace")
 
     class Meta:
         model = Deployment
-        fields = ["status", "namespace"]
+        fields = ["name", "status", "namespace"]

@@ -15,9 +15,9 @@ from django.core.exceptions import ValidationError
 
 from scheduler import services
 from scheduler.core import Priority, SharingRequest, WorkloadType
-from scheduler.label_lines import parse_labels
+from scheduler.label_lines import parse_arguments, parse_env, parse_labels
 
-# What each sharing request really gets (DESIGN.md sections 3 and 4), shown next to its radio
+# What each sharing request really gets (docs/design.md sections 3 and 4), shown next to its radio
 # button. Each mode sizes by its own unit; a stated compute share binds every mode.
 SHARING_HELP: dict[str, str] = {
     SharingRequest.AUTO: (
@@ -126,6 +126,26 @@ class DeployForm(forms.Form):
         label="Let gpuplane choose the node and GPUs", required=False, initial=True,
         help_text="Off: the workload goes to the default Kubernetes scheduler without GPU selection.",
     )
+    image = forms.CharField(
+        strip=False, required=False, label="Container image",
+        help_text="Empty: the default workload image (GPUPLANE_WORKLOAD_IMAGE).",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "placeholder": "vllm/vllm-openai:v0.6.3"}),
+    )
+    command = forms.CharField(
+        required=False, label="Command",
+        help_text="The container's entrypoint, one argument a line. Empty: the image's own.",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "placeholder": "python3\n-m\nvllm.entrypoints.openai.api_server"}),
+    )
+    args = forms.CharField(
+        required=False, label="Arguments",
+        help_text="Its arguments, one a line. Empty: the image's own.",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "placeholder": "--model\nmeta-llama/Llama-3.1-8B-Instruct"}),
+    )
+    env = forms.CharField(
+        required=False, label="Environment",
+        help_text="Extra variables for the container, one NAME=value a line.",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "placeholder": "HF_HOME=/models"}),
+    )
 
     def clean(self) -> dict[str, Any]:
         """Run the services' validation (the API's) on the typed values; its messages go under
@@ -157,6 +177,14 @@ class DeployForm(forms.Form):
 
     def clean_memory(self) -> str | None:
         return self.cleaned_data.get("memory") or None
+    def clean_command(self) -> list[str]:
+        return parse_arguments(self.cleaned_data.get("command") or "")
+
+    def clean_args(self) -> list[str]:
+        return parse_arguments(self.cleaned_data.get("args") or "")
+
+    def clean_env(self) -> dict[str, str]:
+        return parse_env(self.cleaned_data.get("env") or "")
 
     def add_service_errors(self, error: ValidationError, *, skip: Collection[str] = ()) -> None:
         """Show a services ValidationError on the form: each message under its field, or above the

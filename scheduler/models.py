@@ -39,6 +39,11 @@ class Deployment(models.Model):
     # quantities ("8", "500m", "64Gi") and fills in the workload type's defaults (services.spec).
     cpu_milli = models.PositiveIntegerField(default=0, help_text="CPU each replica's pod requests, in millicores")
     host_memory_mib = models.PositiveIntegerField(default=0, help_text="Host memory each replica's pod requests, MiB")
+    # The workload's container; empty: GPUPLANE_WORKLOAD_IMAGE, the image's entrypoint, no extra env.
+    image = models.CharField(max_length=512, blank=True, help_text="Container image; empty: GPUPLANE_WORKLOAD_IMAGE")
+    command = models.JSONField(default=list, blank=True, help_text="Container command (entrypoint); []: the image's")
+    args = models.JSONField(default=list, blank=True, help_text="Container arguments; []: the image's")
+    env = models.JSONField(default=dict, blank=True, help_text="Extra environment variables: {name: value}")
     status = models.CharField(max_length=16, choices=DeploymentStatus.choices, default=DeploymentStatus.PENDING)
     message = models.TextField(blank=True, help_text="Why the deployment failed, or the latest status change")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)

@@ -39,6 +39,7 @@ class WorkloadNotReady(Exception):
     # Idempotent (the service re-reads the row and moves its state with conditional updates), so
     # a run lost with its worker may safely run again.
     acks_late=True,
+    reject_on_worker_lost=True,
 )
 def watch_deployment_task(self: Task, deployment_id: int) -> str:
     """Watch a deployment until its workloads run: "running", "failed", or the status it has.
@@ -63,6 +64,9 @@ def watch_deployment_task(self: Task, deployment_id: int) -> str:
     name="scheduler.tasks.sweep_deployments_task",
     soft_time_limit=SWEEP_SOFT_TIME_LIMIT_S,
     time_limit=SWEEP_TIME_LIMIT_S,
+    # Idempotent: every look is a watch (conditional updates); a run lost with its worker is run again.
+    acks_late=True,
+    reject_on_worker_lost=True,
 )
 def sweep_deployments_task() -> dict[str, int]:
     """Watch the pending and placed deployments nobody looked at for a watch interval.

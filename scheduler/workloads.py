@@ -1,4 +1,4 @@
-"""Placements -> the Kubernetes workloads that run them (``WorkloadSpec``; DESIGN.md section 3).
+"""Placements -> the Kubernetes workloads that run them (``WorkloadSpec``; docs/design.md section 3).
 
 One workload per target node: the replicas a deployment has on one node share a Kubernetes
 Deployment pinned to that node by required node affinity (``nodes.cluster.manifests``), with
@@ -162,11 +162,18 @@ def workload_spec(deployment: Deployment, group: WorkloadGroup, decision_ids: Ma
         namespace=deployment.namespace,
         name=group.name,
         node_name=group.node_name,
-        image=settings.GPUPLANE_WORKLOAD_IMAGE,
+        image=deployment.image or settings.GPUPLANE_WORKLOAD_IMAGE,
+        command=[str(arg) for arg in deployment.command or []],
+        args=[str(arg) for arg in deployment.args or []],
         replicas=len(group.placements),
         resources={key: int(value) for key, value in resources.items()},
         host_requests=host_requests(deployment),
-        env={ENV_MODEL_NAME: deployment.model, **{str(k): str(v) for k, v in (first.env or {}).items()}},
+        # The request's variables, then gpuplane's (which validation keeps it from naming).
+        env={
+            **{str(k): str(v) for k, v in (deployment.env or {}).items()},
+            ENV_MODEL_NAME: deployment.model,
+            **{str(k): str(v) for k, v in (first.env or {}).items()},
+        },
         labels=labels,
         annotations=annotations,
         priority_class_name=f"{PRIORITY_CLASS_PREFIX}{deployment.priority}",

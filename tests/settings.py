@@ -32,12 +32,11 @@ os.environ["GPUPLANE_VAR_DIR"] = SCRATCH_VAR_DIR
 from gpuplane.settings import *  # noqa: E402,F401,F403
 
 CELERY_BROKER_URL = "memory://"
+CELERY_BROKER_TRANSPORT = None  # not the embedded broker's class (gpuplane/broker.py): memory's own
 CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "gpuplane-tests"}}
 CACHES["ratelimit"] = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "gpuplane-tests-ratelimit"}
 CACHES["fleet"] = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "gpuplane-tests-fleet"}
-# The in-memory rate-limit cache is per process, which django-ratelimit flags (E003); tests want exactly that.
-SILENCED_SYSTEM_CHECKS = [*SILENCED_SYSTEM_CHECKS, "django_ratelimit.E003"]  # noqa: F405
 # The database is the suite's time-series store whatever the developer exports; the Prometheus
 # tests (tests/nodes/test_prometheus_store.py) set the URL of the Prometheus they start.
 GPUPLANE_PROMETHEUS_URL = ""

@@ -1,4 +1,4 @@
-"""Shapes of `/api/v1/consolidations/`: a plan, and the body of a rejection."""
+"""Shapes of `/api/v1/consolidations/`: a plan, an analysis that made none, and the body of a rejection."""
 from __future__ import annotations
 
 from typing import Any
@@ -71,8 +71,25 @@ class ConsolidationPlanSerializer(serializers.ModelSerializer):
         return {"usd": plan.savings_usd_per_hour, "kwh": plan.savings_kwh_per_hour}
 
 
+# A reason of spaces only is refused: the schema says "at least one character that is not a space".
+@extend_schema_field({"type": "string", "maxLength": 1000, "pattern": "\\S"})
+class ReasonField(StrictStringField):
+    pass
+
+
+class AnalysisOutcomeSerializer(serializers.Serializer):
+    """An analysis that made no new plan."""
+
+    detail = serializers.CharField()
+    plan = ConsolidationPlanSerializer(allow_null=True, help_text="The proposed plan with the same moves, refreshed; "
+                                                                  "null when nothing would move")
+    method = serializers.CharField(help_text="How the analysis looked")
+    skipped = SkippedSerializer(many=True, help_text="Nodes left as they are, and why")
+    budgets = PlanBudgetSerializer(many=True, help_text="The disruption budgets the analysis applied")
+
+
 class RejectSerializer(StrictSerializer):
-    reason = StrictStringField(max_length=1000, help_text="Why the plan is rejected (kept in the audit log)")
+    reason = ReasonField(max_length=1000, help_text="Why the plan is rejected (kept in the audit log)")
 
     def validate_reason(self, value: str) -> str:
         if not value.strip():

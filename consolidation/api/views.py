@@ -15,8 +15,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
-from consolidation.analysis import analyse
-from consolidation.api.serializers import ConsolidationPlanSerializer, RejectSerializer
+from consolidation.analysis import run_analysis
+from consolidation.api.serializers import AnalysisOutcomeSerializer, ConsolidationPlanSerializer, RejectSerializer
 from consolidation.approval import approve, reject
 from consolidation.filtersets import PlanFilterSet
 from consolidation.models import ConsolidationPlan
@@ -40,13 +40,23 @@ class ConsolidationPlanViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def get_queryset(self) -> QuerySet[ConsolidationPlan]:
         return ConsolidationPlan.objects.select_related("created_by", "decided_by").order_by("-created_at", "-id")
 
-    @extend_schema(request=None, responses={201: ConsolidationPlanSerializer})
+    @extend_schema(request=None, responses={
+        201: ConsolidationPlanSerializer,
+        200: OpenApiResponse(AnalysisOutcomeSerializer,
+                             description="No new plan: the moves of a proposed plan (refreshed), or nothing to move"),
+    })
     def create(self, request: Request) -> Response:
-        """Run the consolidation analysis now and store its plan (proposed, waiting for approval)."""
+        """Run the consolidation analysis now: 201 with the new proposed plan (older proposed plans it
+        collides with are superseded); 200 when it found exactly a proposed plan's moves (that plan,
+        refreshed) or nothing to move (no plan is stored then)."""
         NoFieldsSerializer(data=request.data).is_valid(raise_exception=True)
-        plan = analyse(actor=request.user)
-        assert plan is not None  # store_empty: always a plan
-        return Response(self.get_serializer(self.get_queryset().get(pk=plan.pk)).data, status=status.HTTP_201_CREATED)
+        outcome = run_analysis(actor=request.user)
+        plan = self.get_queryset().get(pk=outcome.plan.pk) if outcome.plan is not None else None
+        if outcome.created and plan is not None:
+            return Response(self.get_serializer(plan).data, status=status.HTTP_201_CREATED)
+        body = {"detail": outcome.detail, "plan": plan,
+                "method": outcome.method, "skipped": list(outcome.skipped), "budgets": list(outcome.budgets)}
+        return Response(AnalysisOutcomeSerializer(body).data)
 
     def _answer(self, plan: ConsolidationPlan) -> Response:
         return Response(self.get_serializer(self.get_queryset().get(pk=plan.pk)).data)

@@ -167,6 +167,7 @@ class GPUSerializer(serializers.ModelSerializer):
     free_memory_mib = serializers.IntegerField(read_only=True, help_text="Memory not yet allocated, in MiB.")
     utilization_pct = LatestMetricField("utilization_pct", help_text="Latest utilization, percent.")
     power_w = LatestMetricField("power_w", help_text="Latest power draw, watts.")
+    power_limit_w = LatestMetricField("power_limit_w", help_text="Latest enforced power limit, watts.")
     temperature_c = LatestMetricField("temperature_c", help_text="Latest GPU temperature, degrees Celsius.")
 
     class Meta:
@@ -185,8 +186,11 @@ class GPUSerializer(serializers.ModelSerializer):
             "free_memory_mib",
             "utilization_pct",
             "memory_used_mib",
+            "memory_reserved_mib",
             "power_w",
+            "power_limit_w",
             "temperature_c",
+            "processes",
             "sampled_at",
         ]
         read_only_fields = fields

@@ -4,24 +4,31 @@ Body (JSON only)::
 
     {"node": "gpu-node-1",
      "samples": [{"gpu_uuid": "GPU-...", "ts": "2026-01-01T12:00:00Z", "utilization_pct": 37.5,
-                  "memory_used_mib": 20480, "memory_total_mib": 81920, "power_w": 312.0,
-                  "temperature_c": 61.0, "sm_clock_mhz": 1980}]}
+                  "memory_used_mib": 20480, "memory_total_mib": 81559, "memory_reserved_mib": 480,
+                  "power_w": 312.0, "power_limit_w": 700.0, "temperature_c": 61.0, "sm_clock_mhz": 1980,
+                  "processes": [{"pid": 4242, "used_memory_mib": 20000}]}]}
 
 `gpu_uuid` and `ts` (ISO 8601 with Z or an offset) are required; a metric that was not measured
 is null or left out; any other key is refused. Numbers must be finite JSON numbers (not strings,
 booleans, NaN or Infinity) within physical bounds: those of any GPU (the schema's minimum and
 maximum), then those of the sample's GPU (nodes.telemetry.limits): memory at most the GPU's
-memory (and used at most total), power at most 1.5 × its model's TDP, SM clock at most 1.25 × its
-maximum clock. Answers:
+memory (used plus reserved at most total), power and power limit at most 1.5 × its model's TDP,
+SM clock at most 1.25 × its maximum clock. The batch is typed and checked in bulk
+(`nodes.telemetry.batch`, `nodes.telemetry.validation`): the serializers below only document it.
+Answers:
 
-- 201 `{"stored": n, "duplicates": m}`: duplicates are samples already stored (same GPU and ts),
-  so an agent re-sending a batch after a lost answer stores nothing twice. With Prometheus as the
-  time-series store (GPUPLANE_PROMETHEUS_URL) only each GPU's newest sample is kept (its latest
-  values, exposed at /metrics/dcgm): `stored` counts those, the batch's older samples count as
-  duplicates.
-- 400 with messages per field, per sample index (nodes.telemetry.validation explains the shape); nothing
-  is stored when any sample is refused. An unknown node is a 400 on `node`, an unknown GPU (or one
-  of another node) a 400 on that sample's `gpu_uuid`.
+- 201 `{"stored": n, "duplicates": m}`: every sample was taken. Duplicates are samples already
+  stored (same GPU and ts), so an agent re-sending a batch after a lost answer stores nothing
+  twice. With Prometheus as the time-series store (GPUPLANE_PROMETHEUS_URL) only each GPU's
+  newest sample is kept (its latest values, exposed at /metrics/dcgm): `stored` counts those.
+- 207 `{"stored": n, "duplicates": m, "refused": k, "samples": {"3": {"power_w": [...]}}, "retry": [5]}`:
+  the good samples were stored; `samples` holds, per index of each refused sample, its messages
+  per field; `retry` lists the refused samples whose only fault is a GPU the inventory does not
+  know yet (a fresh node before its GPU report is bound): they may be sent again later, the
+  others never will be taken.
+- 400: the batch as a whole is malformed (not an object, `node` missing or unknown, `samples`
+  not a list or longer than TELEMETRY_MAX_BATCH), or every sample was refused (the body is then
+  the 207's, with `stored` 0): nothing was stored.
 - 401 without credentials or with an unknown or revoked agent token; 403 for an agent token of
   another node, or a user below the operator role.
 
@@ -34,9 +41,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
-from rest_framework import exceptions, serializers, status
+from rest_framework import exceptions, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
@@ -45,12 +51,13 @@ from rest_framework.views import APIView
 
 from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import OPERATOR, has_role
-from gpuplane.strict_input import RejectUnknownFieldsMixin, StrictQueryParametersMixin
+from gpuplane.strict_input import StrictQueryParametersMixin
 from gpuplane.tokens import APITokenAuthentication
+from nodes.api.telemetry_schema import IngestPartialSerializer, IngestResultSerializer, TelemetryBatchSerializer
 from nodes.authentication import NodeAgentTokenAuthentication
 from nodes.models import Node, NodeAgentToken
+from nodes.telemetry.batch import BatchRefused, parse_envelope, parse_samples
 from nodes.telemetry.ingest import IngestResult, ingest_samples
-from nodes.telemetry.samples import METRIC_RANGES, SampleIn
 from nodes.telemetry.validation import TelemetryRejected
 
 
@@ -58,116 +65,14 @@ def agent_refusal(node: Node) -> str:
     return f"This agent token may only post telemetry for node {node.name!r}."
 
 
-class StrictFloatField(serializers.FloatField):
-    """A JSON number (integer or not); unlike DRF's FloatField, no strings and no booleans."""
-
-    def to_internal_value(self, data: Any) -> float:
-        if isinstance(data, bool) or not isinstance(data, int | float):
-            raise serializers.ValidationError(f"A number is required, not {type(data).__name__}.")
-        return super().to_internal_value(data)
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer; no strings, booleans or fractions (12.0 too: a whole count sent as a float is a bug)."""
-
-    def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise serializers.ValidationError(f"A whole number is required, not {type(data).__name__}.")
-        return super().to_internal_value(data)
-
-
-class AwareDateTimeField(serializers.DateTimeField):
-    """ISO 8601 with Z or an offset; a time without one is refused rather than guessed as UTC."""
-
-    def enforce_timezone(self, value: Any) -> Any:
-        if timezone.is_naive(value):
-            raise serializers.ValidationError("must have a timezone (an ISO 8601 time with Z or an offset)")
-        return super().enforce_timezone(value)
-
-
-def _metric(field_class: type[serializers.Field], name: str, help_text: str) -> serializers.Field:
-    """An optional, nullable metric field bounded by nodes.telemetry.samples.METRIC_RANGES."""
-    low, high = METRIC_RANGES[name]
-    return field_class(
-        min_value=low, max_value=high, required=False, allow_null=True, help_text=f"{help_text} Null when not measured."
-    )
-
-
-class TelemetrySampleSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
-    """One sample; the bounds are those of nodes.telemetry.samples.METRIC_RANGES."""
-
-    gpu_uuid = serializers.CharField(max_length=96, help_text="The GPU's UUID, as NVML reports it.")
-    ts = AwareDateTimeField(help_text="When the sample was taken (ISO 8601 with Z or an offset).")
-    utilization_pct = _metric(StrictFloatField, "utilization_pct", "GPU utilization, percent.")
-    memory_used_mib = _metric(
-        StrictIntegerField, "memory_used_mib", "Framebuffer memory used, MiB; at most the GPU's and memory_total_mib."
-    )
-    memory_total_mib = _metric(
-        StrictIntegerField, "memory_total_mib", "Framebuffer memory in total, MiB; at most the GPU's memory."
-    )
-    power_w = _metric(StrictFloatField, "power_w", "Power draw, watts; at most 1.5 × the TDP of the GPU's model.")
-    temperature_c = _metric(StrictFloatField, "temperature_c", "GPU temperature, degrees Celsius.")
-    sm_clock_mhz = _metric(
-        StrictIntegerField, "sm_clock_mhz", "SM clock, MHz; at most 1.25 × the maximum clock of the GPU's model."
-    )
-
-
-class SampleListField(serializers.ListField):
-    """The samples; the batch size is checked before any sample is looked at."""
-
-    def to_internal_value(self, data: Any) -> list[Any]:
-        if self.max_length is not None and isinstance(data, list) and len(data) > self.max_length:
-            raise serializers.ValidationError(
-                f"At most {self.max_length} samples per batch (TELEMETRY_MAX_BATCH); got {len(data)}."
-            )
-        return super().to_internal_value(data)
-
-
-class TelemetryBatchSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
-    """A batch of samples of one node's GPUs.
-
-    Pass `context={"agent_node": node}` for a request made with an agent token: `node` must then
-    name that node. `ingest()` stores a valid batch (nodes.telemetry.ingest.ingest_samples).
-    """
-
-    node = serializers.CharField(max_length=253, help_text="The node the GPUs belong to (Kubernetes node name).")
-    samples = SampleListField(child=TelemetrySampleSerializer())  # bounded in get_fields()
-
-    def get_fields(self) -> dict[str, serializers.Field]:
-        fields = super().get_fields()
-        # Built per request, not at import, so that the setting (and tests overriding it) apply;
-        # the schema's maxItems comes from here too.
-        fields["samples"] = SampleListField(
-            child=TelemetrySampleSerializer(),
-            max_length=settings.TELEMETRY_MAX_BATCH,
-            help_text="At most TELEMETRY_MAX_BATCH samples, every one of a GPU of `node`.",
-        )
-        return fields
-
-    def validate_node(self, name: str) -> Node:
-        agent_node: Node | None = self.context.get("agent_node")
-        if agent_node is not None:
-            # The view refused other names with a 403 already; this keeps the serializer safe alone.
-            if name != agent_node.name:
-                raise exceptions.PermissionDenied(agent_refusal(agent_node))
-            return agent_node
-        node = Node.objects.filter(name=name).first()
-        if node is None:
-            raise serializers.ValidationError(f"Unknown node {name!r}.")
-        return node
-
-    def ingest(self, *, source: str) -> IngestResult:
-        """Store the validated batch; a batch the storage refuses becomes a ValidationError (400)."""
-        samples = [SampleIn(**sample) for sample in self.validated_data["samples"]]
-        try:
-            return ingest_samples(samples, node=self.validated_data["node"], source=source)
-        except TelemetryRejected as exc:
-            raise serializers.ValidationError(exc.errors) from exc
-
-
-class IngestResultSerializer(serializers.Serializer):
-    stored = serializers.IntegerField(help_text="Samples stored by this request.")
-    duplicates = serializers.IntegerField(help_text="Samples already stored (same GPU and time), ignored.")
+def answer(result: IngestResult) -> Response:
+    """201 when every sample was taken; 207 with the refused ones when some were; 400 when none was."""
+    body: dict[str, Any] = {"stored": result.stored, "duplicates": result.duplicates}
+    if not result.errors:
+        return Response(body, status=status.HTTP_201_CREATED)
+    body.update(refused=result.refused, samples=result.errors, retry=list(result.retry))
+    taken = result.stored + result.duplicates
+    return Response(body, status=status.HTTP_207_MULTI_STATUS if taken else status.HTTP_400_BAD_REQUEST)
 
 
 class CanPostTelemetry(BasePermission):
@@ -196,12 +101,21 @@ class TelemetryView(StrictQueryParametersMixin, APIView):
         request=TelemetryBatchSerializer,
         responses={
             201: IngestResultSerializer,
+            207: OpenApiResponse(
+                IngestPartialSerializer,
+                description=(
+                    "Some samples refused, the others stored. `samples` holds, per index of each refused sample, "
+                    'its messages per field ({"samples": {"3": {"power_w": [...]}}}): an unknown GPU UUID or a GPU '
+                    "of another node, a metric past its GPU's physical limits (memory, 1.5 × the TDP, 1.25 × the "
+                    "maximum clock), a bad type or time. `retry` lists the refused samples worth sending again later "
+                    "(their GPU is not in the inventory yet); an agent drops the others."
+                ),
+            ),
             400: OpenApiResponse(
                 description=(
-                    "Refused; nothing stored. Messages per field; `samples` holds either messages about the "
-                    'batch as a whole or, per sample index, messages per field: {"samples": {"3": {"ts": [...]}}}. '
-                    "Also the answer for an unknown `node`, an unknown GPU UUID or a GPU of another node, and "
-                    "for a metric past its GPU's physical limits (memory, 1.5 × the TDP, 1.25 × the maximum clock)."
+                    "Refused; nothing stored. Either the batch as a whole (messages per field: an unknown "
+                    "`node`, `samples` not a list or longer than TELEMETRY_MAX_BATCH, an unknown key), or every "
+                    "sample, with the 207's body (`stored` 0)."
                 )
             ),
             401: OpenApiResponse(description="No credentials, or an unknown or revoked agent token."),
@@ -219,9 +133,13 @@ class TelemetryView(StrictQueryParametersMixin, APIView):
                             "ts": "2026-01-01T12:00:00Z",
                             "utilization_pct": 37.5,
                             "memory_used_mib": 20480,
-                            "memory_total_mib": 81920,
+                            "memory_total_mib": 81559,
+                            "memory_reserved_mib": 480,
                             "power_w": 312.0,
+                            "power_limit_w": 700.0,
                             "temperature_c": 61.0,
+                            "sm_clock_mhz": 1980,
+                            "processes": [{"pid": 4242, "used_memory_mib": 20000}],
                         }
                     ],
                 },
@@ -231,12 +149,24 @@ class TelemetryView(StrictQueryParametersMixin, APIView):
     def post(self, request: Request) -> Response:
         token = request.auth if isinstance(request.auth, NodeAgentToken) else None
         agent_node = token.node if token else None
+        data = request.data
         # Authorization before validation: an agent learns nothing about another node's batch.
-        claimed = request.data.get("node") if isinstance(request.data, Mapping) else None
+        claimed = data.get("node") if isinstance(data, Mapping) else None
         if agent_node is not None and isinstance(claimed, str) and claimed != agent_node.name:
             raise exceptions.PermissionDenied(agent_refusal(agent_node))
-        serializer = TelemetryBatchSerializer(data=request.data, context={"agent_node": agent_node})
-        serializer.is_valid(raise_exception=True)
-        result = serializer.ingest(source="agent" if token else "api")
-        return Response({"stored": result.stored, "duplicates": result.duplicates}, status=status.HTTP_201_CREATED)
-
+        try:
+            node_name, items = parse_envelope(data, settings.TELEMETRY_MAX_BATCH)
+        except BatchRefused as exc:
+            raise exceptions.ValidationError(exc.errors) from None
+        node = agent_node if agent_node is not None else Node.objects.filter(name=node_name).first()
+        if node is None:
+            raise exceptions.ValidationError({"node": [f"Unknown node {node_name!r}."]})
+        parsed = parse_samples(items)
+        try:
+            result = ingest_samples(
+                parsed.samples, node=node, source="agent" if token else "api", indexes=parsed.indexes,
+                refused=parsed.errors,
+            )
+        except TelemetryRejected as exc:
+            raise exceptions.ValidationError(exc.errors) from exc
+        return answer(result)

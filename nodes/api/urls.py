@@ -2,7 +2,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from nodes.api import series, telemetry, views
+from nodes.api import gpu_report, series, telemetry, views
 
 app_name = "nodes-api"
 
@@ -19,6 +19,8 @@ urlpatterns = router.urls + [
     path("gpus/<str:uuid>/series/", series.GPUSeriesView.as_view(), name="gpu-series"),
     path("nodes/<str:name>/series/", series.NodeSeriesView.as_view(), name="node-series"),
     path("heatmap/", series.HeatmapView.as_view(), name="heatmap"),
-    # Node agents push GPU samples here (nodes/api/telemetry.py).
+    # Node agents push GPU samples here (nodes/api/telemetry.py)...
     path("telemetry/", telemetry.TelemetryView.as_view(), name="telemetry"),
+    # ... and report their node's GPUs as NVML sees them (nodes/api/gpu_report.py).
+    path("nodes/<str:name>/gpu-report/", gpu_report.GPUReportView.as_view(), name="node-gpu-report"),
 ]

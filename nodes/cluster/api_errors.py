@@ -13,7 +13,9 @@ from typing import Any, Protocol
 
 import urllib3
 
-from nodes.cluster.base import ClusterError, EvictionBlocked, NotFound, ResourceVersionGone
+from nodes.cluster.base import ClusterError, Conflict, EvictionBlocked, NotFound, ResourceVersionGone
+
+__all__ = ["Conflict", "api_error", "status_details", "transport_reason"]
 
 
 class APIFailure(Protocol):
@@ -27,10 +29,6 @@ class APIFailure(Protocol):
 
     @property
     def body(self) -> Any: ...
-
-
-class Conflict(ClusterError):
-    """HTTP 409 (AlreadyExists or Conflict); callers rephrase it for their operation."""
 
 
 def api_error(action: str, exc: APIFailure, host: str, too_many_requests_is_eviction_block: bool) -> ClusterError:

@@ -19,6 +19,7 @@ class MIGDevice:
     start: int  # placement start in memory slices (0..7)
     size: int  # placement size in memory slices
     uuid: str = ""
+    memory_mib: int | None = None  # as NVML reports it (the node agent's report); None: the catalog's
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,10 @@ class GPUDevice:
     memory_mib: int
     mig_enabled: bool = False
     mig_devices: tuple[MIGDevice, ...] = ()
+    # False when `uuid` is the placeholder derived from the node name and index (nothing on the
+    # cluster or from the node agent told the real one): inventory sync never lets a placeholder
+    # replace a UUID a GPU row already has.
+    uuid_known: bool = True
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,22 @@ class ClusterPDB:
         return f"{self.namespace}/{self.name}"
 
 
+@dataclass(frozen=True)
+class ClusterConfigMap:
+    """A v1 ConfigMap: its text entries, labels and the resourceVersion it was read at ("" for one
+    not yet stored: writing it creates it; else writing replaces it only if nobody changed it since)."""
+
+    namespace: str
+    name: str
+    data: dict[str, str]
+    labels: dict[str, str] = field(default_factory=dict)
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 ClusterItem = TypeVar("ClusterItem", ClusterNode, ClusterPod)
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -133,7 +154,8 @@ class WorkloadSpec:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     priority_class_name: str = ""
-    command: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)  # the container's entrypoint; []: the image's
+    args: list[str] = field(default_factory=list)  # its arguments; []: the image's
 
 
 class ClusterError(UpstreamFailure):
@@ -146,6 +168,10 @@ class EvictionBlocked(ClusterError):
 
 class NotFound(ClusterError):
     pass
+
+
+class Conflict(ClusterError):
+    """HTTP 409 (AlreadyExists, or a write from a resourceVersion someone else changed since)."""
 
 
 class ResourceVersionGone(ClusterError):
@@ -189,6 +215,19 @@ class ClusterBackend(Protocol):
 
     def restart_device_plugin(self, node: str) -> None:
         """Delete the device plugin pod on a node so that it restarts and re-reads its config."""
+        ...
+
+    def read_configmap(self, namespace: str, name: str) -> ClusterConfigMap | None:
+        """The ConfigMap as stored now (with its resourceVersion); None when there is none."""
+        ...
+
+    def write_configmap(self, configmap: ClusterConfigMap, *, dry_run: bool = False) -> None:
+        """Create ``configmap`` (resource_version "") or replace the stored one it was read from.
+
+        Conflict (409) when it exists already, or changed since it was read: read it again and
+        merge. ``dry_run``: the API server checks and authorizes the write and stores nothing
+        (``?dryRun=All``), which tells a preview whether the write would succeed.
+        """
         ...
 
 

@@ -31,6 +31,7 @@ from nodes.cluster.base import (
     NotFound,
     WorkloadSpec,
 )
+from nodes.cluster.kubernetes_configmaps import ConfigMapCalls
 from nodes.cluster.kubernetes_http import FIELD_MANAGER, MERGE_PATCH, STRATEGIC_MERGE_PATCH, json_content
 from nodes.cluster.manifests import deployment_manifest
 from nodes.cluster.parsing import parse_node, parse_pdb, parse_pod
@@ -51,12 +52,12 @@ DEFAULT_REQUEST_TIMEOUT_S = (5.0, 30.0)
 _T = TypeVar("_T")
 
 
-class KubernetesCluster:
+class KubernetesCluster(ConfigMapCalls):
     """ClusterBackend for a real Kubernetes cluster, reached through `api_client`.
 
     `device_plugin_namespace` is where the NVIDIA device plugin pods run (the GPU operator's
     namespace); `page_size` bounds each list request; `request_timeout_s` is (connect, read).
-    """
+    ConfigMaps are read and written by `kubernetes_configmaps.ConfigMapCalls`."""
 
     def __init__(
         self,
@@ -69,7 +70,7 @@ class KubernetesCluster:
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
         self.api_client = api_client
-        self.core = client.CoreV1Api(api_client)
+        self.core: client.CoreV1Api = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
         self.device_plugin_namespace = device_plugin_namespace

@@ -1,9 +1,9 @@
-"""WorkloadSpec -> the Kubernetes Deployment manifest both backends submit."""
+"""What both backends submit: WorkloadSpec -> a Kubernetes Deployment, ClusterConfigMap -> a ConfigMap."""
 from __future__ import annotations
 
 from typing import Any
 
-from nodes.cluster.base import WorkloadSpec
+from nodes.cluster.base import ClusterConfigMap, WorkloadSpec
 from nodes.contract import LABEL_APP_NAME, LABEL_MANAGED_BY
 
 
@@ -29,6 +29,8 @@ def deployment_manifest(spec: WorkloadSpec) -> dict[str, Any]:
     }
     if spec.command:
         container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
     pod_spec: dict[str, Any] = {"containers": [container]}
     if spec.priority_class_name:
         pod_spec["priorityClassName"] = spec.priority_class_name
@@ -55,6 +57,16 @@ def deployment_manifest(spec: WorkloadSpec) -> dict[str, Any]:
             },
         },
     }
+
+
+def configmap_manifest(configmap: ClusterConfigMap) -> dict[str, Any]:
+    """A v1 ConfigMap for `configmap`; with its resourceVersion when it replaces a stored one, so
+    the API server refuses the write (409) if someone changed it since it was read."""
+    metadata: dict[str, Any] = {"name": configmap.name, "namespace": configmap.namespace,
+                                "labels": dict(configmap.labels)}
+    if configmap.resource_version:
+        metadata["resourceVersion"] = configmap.resource_version
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": dict(configmap.data)}
 
 
 def pinned_node(manifest: dict[str, Any]) -> str | None:

@@ -12,7 +12,15 @@ from decimal import Decimal
 from typing import Any
 
 from nodes import quantities
-from nodes.cluster.base import ClusterError, ClusterNode, ClusterPDB, ClusterPod, GPUDevice, MIGDevice
+from nodes.cluster.base import (
+    ClusterConfigMap,
+    ClusterError,
+    ClusterNode,
+    ClusterPDB,
+    ClusterPod,
+    GPUDevice,
+    MIGDevice,
+)
 from nodes.contract import (
     ANNOTATION_GPU_UUIDS,
     ANNOTATION_MIG_LAYOUT,
@@ -56,13 +64,21 @@ def _mig_layout(annotations: dict[str, str], node_name: str) -> dict[int, tuple[
         raise ClusterError(f"node {node_name}: annotation {ANNOTATION_MIG_LAYOUT} is malformed: {exc}") from None
 
 
+def placeholder_uuid(node_name: str, index: int) -> str:
+    """The UUID a GPU gets until its real one is known (stable and unique: node name and index)."""
+    return f"GPU-{node_name}-{index}"
+
+
 def parse_node(obj: dict[str, Any]) -> ClusterNode:
     """One Kubernetes Node object (as JSON) -> ClusterNode.
 
     GPUs come from GFD labels: `nvidia.com/gpu.count` GPUs of `nvidia.com/gpu.product` with
-    `nvidia.com/gpu.memory` MiB each. Kubernetes does not expose per-GPU UUIDs or MIG placements, so
-    they are read from annotations the gpuplane node agent writes; until it has, UUIDs are derived
-    from the node name and index (stable, unique) and MIG devices are unknown.
+    `nvidia.com/gpu.memory` MiB each. Kubernetes does not expose per-GPU UUIDs or MIG placements:
+    they come from the node agent's GPU report (applied over this by inventory sync,
+    `nodes.inventory.agent_overlay`) or, where something writes them (the simulated cluster, an
+    operator), from the `gpuplane.io/gpu-uuids` and `gpuplane.io/mig-layout` annotations; until
+    then UUIDs are placeholders derived from the node name and index (`placeholder_uuid`, stable,
+    unique, `uuid_known` False) and MIG devices are unknown.
     """
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
@@ -87,16 +103,17 @@ def parse_node(obj: dict[str, Any]) -> ClusterNode:
         uuids = [u.strip() for u in annotations.get(ANNOTATION_GPU_UUIDS, "").split(",") if u.strip()]
         layout = _mig_layout(annotations, name)
         for index in range(gpu_count):
-            uuid = uuids[index] if index < len(uuids) else f"GPU-{name}-{index}"
+            known = index < len(uuids)
             devices = layout.get(index, ())
             gpus.append(
                 GPUDevice(
                     index=index,
-                    uuid=uuid,
+                    uuid=uuids[index] if known else placeholder_uuid(name, index),
                     product=product,
                     memory_mib=gpu_memory_mib,
                     mig_enabled=index in layout,
                     mig_devices=devices,
+                    uuid_known=known,
                 )
             )
 
@@ -188,6 +205,17 @@ def _int_or_percent(value: Any) -> int | str | None:
         return value
     text = str(value).strip()
     return int(text) if text.isdigit() else text
+
+
+def parse_configmap(obj: dict[str, Any]) -> ClusterConfigMap:
+    """A v1 ConfigMap as ``ClusterConfigMap`` (its text ``data``; binaryData is not gpuplane's)."""
+    metadata = obj.get("metadata") or {}
+    return ClusterConfigMap(
+        namespace=str(metadata.get("namespace", "")), name=str(metadata.get("name", "")),
+        data={str(k): str(v) for k, v in (obj.get("data") or {}).items()},
+        labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
+        resource_version=str(metadata.get("resourceVersion") or ""),
+    )
 
 
 def parse_pdb(obj: dict[str, Any]) -> ClusterPDB:

@@ -23,6 +23,7 @@ class ReadingMetrics(TypedDict):
     utilization_pct: float | None
     memory_used_mib: int | None
     memory_total_mib: int | None
+    memory_reserved_mib: int | None
     power_w: float | None
     power_limit_w: float | None
     temperature_c: float | None
@@ -36,7 +37,9 @@ class SampleValues(TypedDict):
     utilization_pct: float | None
     memory_used_mib: int | None
     memory_total_mib: int | None
+    memory_reserved_mib: int | None
     power_w: float | None
+    power_limit_w: float | None
     temperature_c: float | None
     sm_clock_mhz: int | None
 
@@ -96,6 +99,10 @@ class GPUReading:
     mig_instances: tuple[MIGInstanceReading, ...] = ()
     processes: tuple[ProcessReading, ...] = ()
     missing: frozenset[str] = frozenset()
+    # Memory the driver and firmware reserve: NVML memory info v2 reports it apart from `used`
+    # (version 1, on older drivers, counts it in `used` and this is None).
+    memory_reserved_mib: int | None = None
+    product: str = ""  # NVML's device name, "NVIDIA H100 80GB HBM3" ("" where unknown)
 
     @property
     def has_metrics(self) -> bool:
@@ -108,14 +115,23 @@ class GPUReading:
             utilization_pct=self.utilization_pct,
             memory_used_mib=self.memory_used_mib,
             memory_total_mib=self.memory_total_mib,
+            memory_reserved_mib=self.memory_reserved_mib,
             power_w=self.power_w,
+            power_limit_w=self.power_limit_w,
             temperature_c=self.temperature_c,
             sm_clock_mhz=self.sm_clock_mhz,
         )
 
+    @property
+    def reported_processes(self) -> tuple[tuple[int, int | None], ...] | None:
+        """The compute processes as (pid, used MiB) pairs; None when they could not be read."""
+        if "processes" in self.missing:
+            return None
+        return tuple((process.pid, process.used_memory_mib) for process in self.processes)
+
     def to_sample(self) -> SampleIn:
         """This reading as the storage service's input (nodes.telemetry.samples.SampleIn)."""
-        return SampleIn(gpu_uuid=self.gpu_uuid, ts=self.ts, **self.sample_values())
+        return SampleIn(gpu_uuid=self.gpu_uuid, ts=self.ts, processes=self.reported_processes, **self.sample_values())
 
 
 def empty_reading(gpu_uuid: str, index: int, ts: datetime) -> GPUReading:
@@ -132,7 +148,7 @@ def empty_reading(gpu_uuid: str, index: int, ts: datetime) -> GPUReading:
         temperature_c=None,
         sm_clock_mhz=None,
         mig_enabled=None,
-        missing=frozenset(METRIC_FIELDS),
+        missing=frozenset(METRIC_FIELDS) | {"processes"},
     )
 
 

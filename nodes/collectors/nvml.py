@@ -10,7 +10,8 @@ that field missing in the reading and the collection goes on. What is read, per 
 | gpu_uuid, index    | nvmlDeviceGetUUID, nvmlDeviceGetIndex                       |
 | mig_enabled        | nvmlDeviceGetMigMode (current mode)                         |
 | utilization_pct    | nvmlDeviceGetUtilizationRates().gpu (not asked when MIG is on: NVML does not support it there) |
-| memory_*_mib       | nvmlDeviceGetMemoryInfo (bytes -> MiB, rounded down)        |
+| product            | nvmlDeviceGetName ("NVIDIA H100 80GB HBM3")                 |
+| memory_*_mib       | nvmlDeviceGetMemoryInfo, version 2 (nvmlMemory_v2: total, reserved, used, free; bytes -> MiB, rounded down); version 1 on a driver without it (its `used` counts the reserved memory, which is then missing) |
 | power_w            | nvmlDeviceGetPowerUsage (mW)                                |
 | power_limit_w      | nvmlDeviceGetEnforcedPowerLimit (mW)                        |
 | temperature_c      | nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)              |
@@ -45,6 +46,14 @@ from nodes.collectors.base import (
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# What a driver without nvmlDeviceGetMemoryInfo_v2 answers (before R510), or one that does not
+# know the struct version asked for: then version 1, whose `used` includes reserved memory.
+_NO_MEMORY_V2 = {
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+    pynvml.NVML_ERROR_NOT_SUPPORTED,
+    getattr(pynvml, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25),
+}
 
 # Errors that a single NVML call may raise. NVMLLibraryMismatchError comes from pynvml's version
 # check on functions such as nvmlDeviceGetComputeRunningProcesses when the driver is older.
@@ -105,6 +114,7 @@ class NVMLCollector:
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         self._clock = clock or _utc_now
         self._initialised = False
+        self._memory_v2 = True  # until the driver says it lacks version 2
 
     # --- lifecycle ---------------------------------------------------------------------------
     def open(self) -> None:
@@ -185,9 +195,9 @@ class NVMLCollector:
             rates = device.read("utilization_pct", pynvml.nvmlDeviceGetUtilizationRates, handle)
             utilization_pct = None if rates is None else float(rates.gpu)
 
-        memory = device.read("memory_used_mib", pynvml.nvmlDeviceGetMemoryInfo, handle)
-        if memory is None:
-            device.missing.add("memory_total_mib")
+        product = device.read("product", pynvml.nvmlDeviceGetName, handle)
+        device.missing.discard("product")  # not a metric: "" stands for unknown
+        memory, reserved_mib = self._read_memory(device, handle)
         power_mw = device.read("power_w", pynvml.nvmlDeviceGetPowerUsage, handle)
         limit_mw = device.read("power_limit_w", pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
         temperature = device.read(
@@ -208,7 +218,7 @@ class NVMLCollector:
                 gpu_uuid=gpu_uuid, index=index if nvml_index is None else int(nvml_index), ts=ts,
                 utilization_pct=None, memory_used_mib=None, memory_total_mib=None, power_w=None,
                 power_limit_w=None, temperature_c=None, sm_clock_mhz=None, mig_enabled=None,
-                missing=frozenset(device.missing | {"mig_instances", "processes"}),
+                missing=frozenset(device.missing | {"mig_instances", "processes"}), product=_text(product),
             )
         return GPUReading(
             gpu_uuid=gpu_uuid,
@@ -217,6 +227,7 @@ class NVMLCollector:
             utilization_pct=utilization_pct,
             memory_used_mib=None if memory is None else int(memory.used) // BYTES_PER_MIB,
             memory_total_mib=None if memory is None else int(memory.total) // BYTES_PER_MIB,
+            memory_reserved_mib=reserved_mib,
             power_w=None if power_mw is None else power_mw / _MILLIWATTS_PER_WATT,
             power_limit_w=None if limit_mw is None else limit_mw / _MILLIWATTS_PER_WATT,
             temperature_c=None if temperature is None else float(temperature),
@@ -225,7 +236,33 @@ class NVMLCollector:
             mig_instances=mig_instances,
             processes=processes,
             missing=frozenset(device.missing),
+            product=_text(product),
         )
+
+    def _read_memory(self, device: _DeviceReader, handle: Any) -> tuple[Any, int | None]:
+        """(NVML's memory struct or None, reserved MiB or None), missing fields marked.
+
+        Version 2 reports the memory the driver and firmware reserve apart from `used` (480 MiB
+        on an idle H100, which version 1 counts as used, and nvidia-smi does not). A driver
+        without it is asked for version 1 from then on; reserved is then missing.
+        """
+        if self._memory_v2 and not device.lost:
+            try:
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            except _CALL_ERRORS as exc:
+                if _error_code(exc) not in _NO_MEMORY_V2:
+                    device.read("memory_used_mib", _raise, exc)  # marks the field, notes a lost GPU
+                    device.missing.update({"memory_total_mib", "memory_reserved_mib"})
+                    return None, None
+                self._memory_v2 = False
+                logger.info("NVML: no memory info version 2 (%s); version 1 counts reserved memory as used", exc)
+            else:
+                return memory, int(memory.reserved) // BYTES_PER_MIB
+        memory = device.read("memory_used_mib", pynvml.nvmlDeviceGetMemoryInfo, handle)
+        device.missing.add("memory_reserved_mib")
+        if memory is None:
+            device.missing.add("memory_total_mib")
+        return memory, None
 
     def _read_mig_instances(
         self, device: _DeviceReader, handle: Any
@@ -300,6 +337,17 @@ class NVMLCollector:
                 ProcessReading(pid=int(process.pid), used_memory_mib=None if used is None else int(used) // BYTES_PER_MIB),
             )
         return tuple(sorted(by_pid.values(), key=lambda p: p.pid))
+
+
+def _raise(exc: Exception) -> None:
+    raise exc
+
+
+def _text(raw: bytes | str | None) -> str:
+    """NVML's strings come as bytes from older bindings, str from newer ones."""
+    if raw is None:
+        return ""
+    return (raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)).strip()
 
 
 def _profile_name(raw: bytes | str) -> str:

@@ -114,6 +114,7 @@ class DCGMPrometheusCollector:
             "utilization_pct": None if utilization is None else min(100.0, max(0.0, utilization)),
             "memory_used_mib": None if used is None else int(used),
             "memory_total_mib": None if used is None or free is None else int(used + free),
+            "memory_reserved_mib": None,  # DCGM_FI_DEV_FB_RESERVED is recent: not queried
             "power_w": power,
             "power_limit_w": None,
             "temperature_c": temperature,
@@ -127,7 +128,8 @@ class DCGMPrometheusCollector:
             gpu_uuid=gpu_uuid,
             index=series.index,
             ts=ts,
-            missing=frozenset(name for name, value in fields.items() if value is None),
+            # Not queried: processes (nor reserved memory, None above).
+            missing=frozenset(name for name, value in fields.items() if value is None) | {"processes"},
             **fields,
         )
 

@@ -223,5 +223,5 @@ class SimulatedCollector:
             sm_clock_mhz=None,
             mig_enabled=gpu.mig_enabled,
             mig_instances=mig_instances,
-            missing=frozenset({"sm_clock_mhz"}),
+            missing=frozenset({"sm_clock_mhz", "memory_reserved_mib", "processes"}),
         )

@@ -8,6 +8,7 @@ reports it. Writing compares every row with what it should be and writes only di
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from nodes.catalog import GPUModel
 from nodes.cluster.base import GPUDevice
@@ -38,13 +39,17 @@ def plan_gpu_rows(plan: SyncPlan, nodes: dict[str, NodeEntry]) -> None:
         for device in observed.gpus:
             row = plan.gpu_rows.get(device.uuid)
             if row is None:
-                # Same node and index under a new UUID (e.g. the node agent's UUID annotation
-                # replaced the derived placeholder): the same GPU, renamed.
+                # Same node and index under a new UUID (the node agent's report, or the UUID
+                # annotation, replaced the placeholder): the same GPU, renamed.
                 candidate = rows_by_node_index.get((node.pk, device.index))
                 if candidate is not None and candidate.uuid not in matched and candidate.uuid not in observed_uuids:
                     row = candidate
             if row is not None:
                 matched.add(row.uuid)
+                if not device.uuid_known and row.uuid != device.uuid:
+                    # Only a placeholder was observed (the agent's report or the annotation is
+                    # not there, or not yet): the UUID the row was bound to stays.
+                    device = replace(device, uuid=row.uuid, uuid_known=True)
             gpu_plan = GPUPlan(
                 uuid=device.uuid,
                 node=node,

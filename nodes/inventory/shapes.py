@@ -50,7 +50,7 @@ def fixed_partition_shapes(
     """The partitions a GPU offers under its node's sharing mode, with MIG device UUIDs.
 
     exclusive: the whole GPU; mig: one per MIG device (share = compute slices x 1000 // 7, memory
-    from the catalog profile); mps R: R slots of 1000 // R and memory // R (the MPS daemon pins
+    as the node agent reported it, else from the catalog profile); mps R: R slots of 1000 // R and memory // R (the MPS daemon pins
     memory per client); timeslice R: R replicas of 1000 // R that may each touch all memory (no
     isolation: memory is accounted per pod, see `nodes.inventory.gpu_rows`). A non-MIG GPU of a
     MIG node is exclusive. Weighted MPS has no fixed partitions (they follow its pods and
@@ -93,6 +93,12 @@ def mig_shape(device: MIGDevice, gpu: GPUDevice, model: GPUModel | None) -> Part
             profile = None
     if profile is not None:
         compute_slices, memory_mib = profile.compute_slices, profile.memory_mib
+        if device.memory_mib is not None:
+            memory_mib = device.memory_mib  # what NVML reported for this instance wins over the catalog
+    elif device.memory_mib is not None:
+        match = _MIG_PROFILE_COMPUTE.match(device.profile)
+        compute_slices = int(match.group(1)) if match else device.size
+        memory_mib = device.memory_mib
     else:
         # Unknown model or profile: read the compute slices from the name ("3g.40gb") and give
         # the instance its memory slices' share of the board.

@@ -28,12 +28,13 @@ from lifecycle.audit import record_many
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend
 from nodes.holds import partition_holder
+from nodes.inventory.agent_overlay import load_reports, mark_applied, overlay, pending_report_nodes
 from nodes.inventory.binding import bind_pods
 from nodes.inventory.gpu_rows import plan_gpu_rows, write_gpu_rows, write_partition_rows
 from nodes.inventory.node_rows import sync_node_rows
 from nodes.inventory.plan import SyncPlan
 from nodes.inventory.report import SyncReport
-from nodes.inventory.watching import ClusterReading, read_cluster, remember
+from nodes.inventory.watching import ClusterReading, read_cluster, remember, widen
 from nodes.models import GPU, Node, Partition
 
 
@@ -41,21 +42,27 @@ def sync_inventory(cluster: ClusterBackend | None = None, *, relist: bool = Fals
     """Make Node, GPU and Partition rows match the cluster; return what was written.
 
     Reads what changed since the last sync where the backend can watch (`nodes.inventory.watching`;
-    everything when `relist`, the first time, or on 410 Gone) and syncs only the nodes concerned;
-    an unchanged cluster costs two empty watches and one query, and writes nothing. Reads the
+    everything when `relist`, the first time, or on 410 Gone) and syncs only the nodes concerned,
+    and those whose node agent sent a GPU report no sync has applied yet; each node's report is
+    laid over what the cluster says of it (`nodes.inventory.agent_overlay`: the report decides
+    GPU UUIDs and MIG instances, the cluster the rest). An unchanged cluster costs two empty
+    watches and two queries, and writes nothing. Reads the
     cluster first (outside any transaction), then writes in one transaction. Never raises for an
     unknown GPU product (reported in `unknown_products`) or a pod that fits no partition (reported
     in `unplaced_pods`); ClusterError from the backend propagates before anything is written.
     """
     backend = cluster if cluster is not None else get_cluster()
     reading = read_cluster(backend, relist=relist)
+    widen(reading, pending_report_nodes())  # nodes whose agent reported something new
     report = SyncReport(mode=reading.mode, events=reading.events)
     if reading.nothing_to_do:
-        remember(reading)  # no query: the versions did not move (a catch-up's mirror takes the stored ones)
+        remember(reading)  # the versions did not move (a catch-up's mirror takes the stored ones)
         return report
     now = timezone.now()
     with transaction.atomic():
         if reading.scope != set():  # an empty scope: only objects gpuplane does not track changed
+            reports = load_reports(None if reading.scope is None else reading.scope)
+            reading.observed = overlay(reading.observed, reports)
             plan = _load(reading, now)
             plan.report = report
             nodes = sync_node_rows(plan)
@@ -64,6 +71,7 @@ def sync_inventory(cluster: ClusterBackend | None = None, *, relist: bool = Fals
             write_gpu_rows(plan)
             write_partition_rows(plan)
             record_many(plan.audit, at=now)  # one INSERT, none when nothing changed
+            mark_applied(reports)
         remember(reading)
     report.unknown_products.sort()
     report.unplaced_pods.sort()

@@ -197,6 +197,21 @@ def remember(reading: ClusterReading) -> None:
     _mirrors[mirror.key] = mirror
 
 
+def widen(reading: ClusterReading, names: set[str]) -> None:
+    """Sync these nodes too (as the mirror has them, with their pods), though the cluster did not
+    change them: their node agent's report did (`nodes.inventory.agent_overlay`). A reading that
+    syncs every node already (scope None) is left as it is."""
+    if reading.scope is None or reading.mirror is None:
+        return
+    added = names - reading.scope
+    if not added:
+        return
+    reading.scope |= added
+    mirror = reading.mirror
+    reading.observed += [mirror.nodes[name] for name in sorted(added) if name in mirror.nodes and mirror.nodes[name].gpus]
+    reading.pods += [pod for pod in mirror.pods.values() if pod.node_name in added]
+
+
 def forget_mirrors() -> None:
     """Drop every process mirror: the next sync of each cluster relists (tests, resets)."""
     _mirrors.clear()

@@ -1,7 +1,7 @@
 """NVIDIA's sharing config formats: k8s-device-plugin configs, mig-parted configs, their ConfigMaps.
 
 Pure Python (no Django). gpuplane generates configuration for NVIDIA's real components, so the
-shapes here are exactly theirs (DESIGN.md section 4) and the validators enforce the limits the
+shapes here are exactly theirs (docs/design.md section 4) and the validators enforce the limits the
 components enforce, plus the few gpuplane relies on for its accounting. One module per format:
 
 - `device_plugin`: device plugin configs (``version: v1``, ``flags.migStrategy``,

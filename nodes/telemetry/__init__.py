@@ -4,9 +4,10 @@ One concern per module; import from the module that owns a name:
 
 - `samples`     what a sample is: SampleIn, the metrics and their accepted ranges (pure Python)
 - `limits`      each GPU's physical limits from the catalog (memory, 1.5 x TDP, 1.25 x max clock)
-- `validation`  the rules a batch must pass, TelemetryRejected and the shape of its errors
+- `batch`       an API batch's JSON -> typed samples in bulk (no serializer), malformed ones named by index
+- `validation`  the rules a sample must pass (column by column), TelemetryRejected and the shape of errors
 - `storage`     the database statements: resolve GPU UUIDs, insert samples, refresh GPU rows
-- `ingest`      ingest_samples (an agent's batch, all or nothing) and write_samples
+- `ingest`      ingest_samples (an agent's batch: the good samples stored, the bad named) and write_samples
 - `readings`    store_readings (a collector's readings: store what can be, count what cannot)
 - `poll`        store_poll (one server poll of the whole fleet, stored in shards of nodes)
 - `partitions`  PostgreSQL: the raw sample table's time partitions, made ahead and on demand, dropped at expiry

@@ -30,9 +30,9 @@ class MetricLimit:
 def gpu_limits(model_key: str, memory_mib: int) -> dict[str, MetricLimit]:
     """The upper limit of each bounded metric of a GPU of catalog model `model_key` with `memory_mib` of memory.
 
-    Memory (used and total) is bounded by the GPU's memory: the larger of the inventory's figure
+    Memory (used, reserved and total) is bounded by the GPU's memory: the larger of the inventory's figure
     and the catalog's, which NVML reports as the total. Power is bounded by POWER_MARGIN times the
-    model's TDP, the SM clock by CLOCK_MARGIN times its maximum boost clock. A model the catalog
+    model's TDP (its power limit too), the SM clock by CLOCK_MARGIN times its maximum boost clock. A model the catalog
     does not know ("" or a new board) keeps METRIC_RANGES' bounds for power and clock.
     """
     model = CATALOG.get(model_key)
@@ -40,15 +40,19 @@ def gpu_limits(model_key: str, memory_mib: int) -> dict[str, MetricLimit]:
     limits = {
         "memory_used_mib": MetricLimit(memory, f"the GPU's memory ({memory} MiB)"),
         "memory_total_mib": MetricLimit(memory, f"the GPU's memory ({memory} MiB)"),
+        "memory_reserved_mib": MetricLimit(memory, f"the GPU's memory ({memory} MiB)"),
     }
     if model is None:
         unknown = f"the bound for a GPU model the catalog does not know ({model_key or 'none'})"
         limits["power_w"] = MetricLimit(METRIC_RANGES["power_w"][1], unknown)
+        limits["power_limit_w"] = limits["power_w"]
         limits["sm_clock_mhz"] = MetricLimit(METRIC_RANGES["sm_clock_mhz"][1], unknown)
         return limits
     limits["power_w"] = MetricLimit(
         round(model.tdp_w * POWER_MARGIN, 1), f"{POWER_MARGIN:g} × the {model.tdp_w} W TDP of {model.key}"
     )
+    # A power limit can be set up to the board's maximum, which no board puts past this margin.
+    limits["power_limit_w"] = limits["power_w"]
     limits["sm_clock_mhz"] = MetricLimit(
         round(model.max_sm_clock_mhz * CLOCK_MARGIN),
         f"{CLOCK_MARGIN:g} × the {model.max_sm_clock_mhz} MHz maximum clock of {model.key}",

@@ -1,7 +1,8 @@
 """Store what a collector read: the server-side poll's path into telemetry storage.
 
-Unlike an agent's batch through the API (all or nothing: the agent can correct it and resend),
-a poll has nobody to correct it, so it stores what it can and says what it left out.
+Like an agent's batch through the API, a poll stores what it can; unlike the API, which names
+each refused sample to the agent that sent it, a poll has nobody to tell, so it counts and logs
+what it left out.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Rollup and retention: fold expired raw samples into buckets, delete expired buckets.
 
-Lifecycle of a sample (settings, DESIGN.md section 8):
+Lifecycle of a sample (settings, docs/design.md section 8):
 
 - Raw `GPUSample` rows, unique per (gpu, ts), kept at least TELEMETRY_RAW_RETENTION_H (24 h).
 - Then folded into `GPUSampleRollup` buckets of TELEMETRY_ROLLUP_BUCKET_S (300 s), aligned to

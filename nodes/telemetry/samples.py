@@ -21,13 +21,21 @@ METRIC_RANGES: dict[str, tuple[float, float]] = {
     "utilization_pct": (0, 100),
     "memory_used_mib": (0, MAX_INT32),
     "memory_total_mib": (0, MAX_INT32),
+    "memory_reserved_mib": (0, MAX_INT32),
     "power_w": (0, MAX_BOARD_POWER_W),
+    "power_limit_w": (0, MAX_BOARD_POWER_W),
     "temperature_c": (-50, 150),
     "sm_clock_mhz": (0, MAX_SM_CLOCK_MHZ),
 }
 METRIC_FIELDS: tuple[str, ...] = tuple(METRIC_RANGES)
+# The metrics that are whole numbers (the others are any finite number).
+INTEGER_FIELDS: frozenset[str] = frozenset({"memory_used_mib", "memory_total_mib", "memory_reserved_mib", "sm_clock_mhz"})
 # The metrics mirrored on GPU rows (GPU has no memory_total_mib / sm_clock_mhz columns).
-LATEST_FIELDS: tuple[str, ...] = ("utilization_pct", "memory_used_mib", "power_w", "temperature_c")
+LATEST_FIELDS: tuple[str, ...] = (
+    "utilization_pct", "memory_used_mib", "memory_reserved_mib", "power_w", "power_limit_w", "temperature_c",
+)
+# Most compute processes one sample may list (a GPU runs at most 48 MPS clients; more is garbage).
+MAX_PROCESSES = 256
 # The metrics rolled up into buckets (avg and max of each).
 ROLLUP_FIELDS: tuple[str, ...] = ("utilization_pct", "memory_used_mib", "power_w", "temperature_c")
 
@@ -45,15 +53,26 @@ def plausible(name: str, value: object) -> bool:
     return (isinstance(value, int) or math.isfinite(value)) and low <= value <= high
 
 
+# One compute process: (pid, GPU memory it uses in MiB, None where the driver does not say).
+Process = tuple[int, int | None]
+
+
 @dataclass(frozen=True)
 class SampleIn:
-    """One reading of one GPU, already typed. `ts` must be timezone-aware; None = not measured."""
+    """One reading of one GPU, already typed. `ts` must be timezone-aware; None = not measured.
+
+    `memory_used_mib` excludes what the driver reserves (`memory_reserved_mib`, NVML memory info
+    v2); `processes` is None when not reported, () when none runs.
+    """
 
     gpu_uuid: str
     ts: datetime
     utilization_pct: float | None = None
     memory_used_mib: int | None = None
     memory_total_mib: int | None = None
+    memory_reserved_mib: int | None = None
     power_w: float | None = None
+    power_limit_w: float | None = None
     temperature_c: float | None = None
     sm_clock_mhz: int | None = None
+    processes: tuple[Process, ...] | None = None

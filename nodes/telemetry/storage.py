@@ -6,9 +6,12 @@ step; on PostgreSQL, COPY. Callers own the transaction (`nodes.telemetry.ingest.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import functools
+import json
+from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models.constants import OnConflict
@@ -17,7 +20,7 @@ from nodes.models import GPU, GPUSample
 from nodes.telemetry.samples import LATEST_FIELDS, METRIC_FIELDS, SampleIn
 
 # Rows per INSERT: keeps every statement under SQLite's 32,766 and PostgreSQL's 65,535 bound
-# parameters (9 per row).
+# parameters (11 per row).
 INSERT_CHUNK_ROWS = 1000
 # Above this many UUIDs, resolving reads the whole GPU table instead of naming them: a poll asks
 # for (nearly) the whole fleet, and an IN list of 40,000 costs more to build than the rows cost
@@ -41,28 +44,45 @@ def resolve_gpus(uuids: Iterable[str]) -> dict[str, ResolvedGPU]:
     Up to RESOLVE_IN_LIST_MAX UUIDs are looked up by name, more by reading the whole table.
     """
     wanted = set(uuids)
-    rows = GPU.objects.values_list("uuid", "pk", "node_id", "sampled_at", "model", "memory_mib")
+    if not wanted:
+        return {}
+    meta = GPU._meta
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(meta.get_field(name).column) for name in ("uuid", "id", "node", "sampled_at", "model", "memory_mib"))
+    sql = f"SELECT {columns} FROM {quote(meta.db_table)}"
+    params: list[str] = []
     if len(wanted) <= RESOLVE_IN_LIST_MAX:
-        rows = rows.filter(uuid__in=wanted)
-    return {uuid: ResolvedGPU(*values) for uuid, *values in rows if uuid in wanted}
+        params = sorted(wanted)
+        sql += f" WHERE {quote(meta.get_field('uuid').column)} IN ({', '.join(['%s'] * len(params))})"
+    # Plain SQL: an agent's post resolves 8 UUIDs, and compiling the ORM's query for them cost
+    # ten times more CPU than running it.
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    text_times = connection.vendor == "sqlite"
+    return {
+        uuid: ResolvedGPU(
+            pk, node_id,
+            connection.ops.convert_datetimefield_value(sampled_at, None, connection) if text_times and sampled_at else sampled_at,
+            model, memory_mib,
+        )
+        for uuid, pk, node_id, sampled_at, model, memory_mib in rows
+        if uuid in wanted
+    }
 
 
-def insert_samples_ignoring_duplicates(rows: dict[tuple[int, datetime], SampleIn], source: str) -> int:
+def insert_samples_ignoring_duplicates(
+    rows: dict[tuple[int, datetime], SampleIn], source: str, *, copy: bool = True
+) -> int:
     """INSERT the rows, keyed by (gpu id, ts), skipping pairs already stored; return how many were inserted.
 
     Django's bulk_create(ignore_conflicts=True) does not say how many rows it inserted, and the
     duplicate count is part of the API's answer; the statement's row count says it exactly, even
-    when two identical batches race. On PostgreSQL the rows are COPYed when none is a duplicate
-    (`_copy_unless_duplicate`).
+    when two identical batches race. On PostgreSQL, with `copy` (a poll), the rows are COPYed when
+    none is a duplicate (`_copy_unless_duplicate`); otherwise (an agent's post of a few rows, for
+    which COPY's savepoint costs more than it saves) one INSERT from arrays stores them.
     """
-    meta = GPUSample._meta
-    fields = [meta.get_field(name) for name in ("gpu", "ts", *METRIC_FIELDS, "source")]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(f.column) for f in fields)
-    row_sql = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    insert = connection.ops.insert_statement(on_conflict=OnConflict.IGNORE)
-    suffix = connection.ops.on_conflict_suffix_sql(fields, OnConflict.IGNORE, None, None)
-
+    table, columns, head, row_sql, suffix = _insert_statement(connection.vendor)
     db_ts = _db_times(ts for _, ts in rows)
     values = [
         (
@@ -74,17 +94,47 @@ def insert_samples_ignoring_duplicates(rows: dict[tuple[int, datetime], SampleIn
         for (gpu_id, ts), sample in rows.items()
     ]
     if connection.vendor == "postgresql":
-        copied = _copy_unless_duplicate(meta.db_table, columns, values)
-        if copied is not None:
-            return copied
+        if copy:
+            copied = _copy_unless_duplicate(table, columns, values)
+            if copied is not None:
+                return copied
+        with _binding_cursor() as cursor:
+            # One statement whatever the rows (arrays, one per column): its text never changes.
+            cursor.execute(_insert_unnest_statement(), [list(column) for column in zip(*values, strict=True)])
+            return int(cursor.rowcount)
     inserted = 0
     with connection.cursor() as cursor:
         for start in range(0, len(values), INSERT_CHUNK_ROWS):
             chunk = values[start : start + INSERT_CHUNK_ROWS]
-            sql = f"{insert} {quote(meta.db_table)} ({columns}) VALUES {', '.join([row_sql] * len(chunk))} {suffix}"
+            sql = f"{head} VALUES {', '.join([row_sql] * len(chunk))} {suffix}"
             cursor.execute(sql, [value for row in chunk for value in row])
             inserted += cursor.rowcount
     return inserted
+
+
+@functools.cache
+def _insert_unnest_statement() -> str:
+    """PostgreSQL: the sample INSERT from one array per column, skipping (gpu, ts) pairs already stored."""
+    meta = GPUSample._meta
+    fields = [meta.get_field(name) for name in ("gpu", "ts", *METRIC_FIELDS, "source")]
+    _, columns, head, _, suffix = _insert_statement(connection.vendor)
+    arrays = ", ".join(f"%s::{field.db_type(connection) if name != 'gpu' else 'bigint'}[]"
+                       for name, field in zip(("gpu", "ts", *METRIC_FIELDS, "source"), fields, strict=True))
+    return f"{head} SELECT * FROM unnest({arrays}) {suffix}"
+
+
+@functools.cache
+def _insert_statement(vendor: str) -> tuple[str, str, str, str, str]:
+    """(table, column list, "INSERT ... INTO table (columns)", one row's placeholders, ON CONFLICT suffix)
+    of the sample INSERT on this database: built once per process, not per agent post."""
+    meta = GPUSample._meta
+    fields = [meta.get_field(name) for name in ("gpu", "ts", *METRIC_FIELDS, "source")]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    insert = connection.ops.insert_statement(on_conflict=OnConflict.IGNORE)
+    suffix = connection.ops.on_conflict_suffix_sql(fields, OnConflict.IGNORE, None, None)
+    row_sql = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    return meta.db_table, columns, f"{insert} {quote(meta.db_table)} ({columns})", row_sql, suffix
 
 
 def _copy_unless_duplicate(table: str, columns: str, values: list[tuple]) -> int | None:
@@ -128,22 +178,31 @@ def update_latest_values(newest: dict[int, SampleIn]) -> None:
     if connection.vendor == "postgresql":
         _update_latest_values_at_once(newest)
         return
-    meta = GPU._meta
-    quote = connection.ops.quote_name
-    sampled_at = meta.get_field("sampled_at")
-    assignments = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in ("sampled_at", *LATEST_FIELDS))
-    sampled_col = quote(sampled_at.column)
-    sql = (
-        f"UPDATE {quote(meta.db_table)} SET {assignments} "
-        f"WHERE {quote(meta.pk.column)} = %s AND ({sampled_col} IS NULL OR {sampled_col} < %s)"
-    )
+    sql = _update_statement(connection.vendor)
     db_ts = _db_times(sample.ts for sample in newest.values())
     params = []
     for gpu_id, sample in sorted(newest.items()):  # id order: concurrent batches lock rows alike
         ts = db_ts[sample.ts]
-        params.append((ts, *(getattr(sample, name) for name in LATEST_FIELDS), gpu_id, ts))
+        params.append(
+            (ts, *(getattr(sample, name) for name in LATEST_FIELDS), _processes_json(sample), gpu_id, ts)
+        )
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
+
+
+@functools.cache
+def _update_statement(vendor: str) -> str:
+    """The conditional UPDATE of one GPU's latest values (built once per process)."""
+    meta = GPU._meta
+    quote = connection.ops.quote_name
+    assignments = ", ".join(
+        f"{quote(meta.get_field(name).column)} = %s" for name in ("sampled_at", *LATEST_FIELDS, "processes")
+    )
+    sampled_col = quote(meta.get_field("sampled_at").column)
+    return (
+        f"UPDATE {quote(meta.db_table)} SET {assignments} "
+        f"WHERE {quote(meta.pk.column)} = %s AND ({sampled_col} IS NULL OR {sampled_col} < %s)"
+    )
 
 
 def _update_latest_values_at_once(newest: dict[int, SampleIn]) -> None:
@@ -155,29 +214,62 @@ def _update_latest_values_at_once(newest: dict[int, SampleIn]) -> None:
     whatever order the join visits rows in; each row's `sampled_at` is compared under that lock,
     so the check and the write stay one atomic step per GPU.
     """
-    meta = GPU._meta
-    quote = connection.ops.quote_name
-    table, pk = quote(meta.db_table), quote(meta.pk.column)
-    names = ("sampled_at", *LATEST_FIELDS)
-    types = [meta.pk.db_type(connection), *(meta.get_field(name).db_type(connection) for name in names)]
-    arrays = ", ".join(f"%s::{db_type}[]" for db_type in types)
-    aliases = ", ".join(["id", *(f"v{k}" for k in range(len(names)))])
-    assignments = ", ".join(f"{quote(meta.get_field(name).column)} = v.v{k}" for k, name in enumerate(names))
-    sampled_col = quote(meta.get_field("sampled_at").column)
     ids = sorted(newest)
     db_ts = _db_times(sample.ts for sample in newest.values())
     params = [
         ids,
         [db_ts[newest[gpu_id].ts] for gpu_id in ids],
         *([getattr(newest[gpu_id], name) for gpu_id in ids] for name in LATEST_FIELDS),
+        [_processes_json(newest[gpu_id]) for gpu_id in ids],
     ]
+    with _binding_cursor() as cursor:
+        cursor.execute(_update_at_once_statement(), [ids, *params])
+
+
+@contextlib.contextmanager
+def _binding_cursor() -> Iterator[Any]:
+    """PostgreSQL: a psycopg cursor that sends parameters apart from the statement (server-side
+    binding), on Django's connection and so inside its transaction. Django's own cursor quotes
+    every array into the SQL text in Python: for an agent's post that was a fifth of its CPU."""
+    import psycopg
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        yield cursor
+
+
+@functools.cache
+def _update_at_once_statement() -> str:
+    """PostgreSQL's UPDATE ... FROM unnest(arrays) of `_update_latest_values_at_once` (built once per process)."""
+    meta = GPU._meta
+    quote = connection.ops.quote_name
+    table, pk = quote(meta.db_table), quote(meta.pk.column)
+    names = ("sampled_at", *LATEST_FIELDS, "processes")
+    # The processes travel as JSON text (an array of jsonb does not adapt from Python lists).
+    types = [
+        meta.pk.db_type(connection),
+        *(meta.get_field(name).db_type(connection) for name in names[:-1]),
+        "text",
+    ]
+    arrays = ", ".join(f"%s::{db_type}[]" for db_type in types)
+    aliases = ", ".join(["id", *(f"v{k}" for k in range(len(names)))])
+    assignments = ", ".join(
+        f"{quote(meta.get_field(name).column)} = v.v{k}" + ("::jsonb" if name == "processes" else "")
+        for k, name in enumerate(names)
+    )
+    sampled_col = quote(meta.get_field("sampled_at").column)
     # The CTE locks in id order before any row is updated: whichever side the join takes first,
     # every updated row is one of `locked`, locked by its ordered scan.
-    sql = (
+    return (
         f"WITH locked AS (SELECT {pk} FROM {table} WHERE {pk} = ANY(%s::{types[0]}[]) ORDER BY {pk} FOR NO KEY UPDATE) "
         f"UPDATE {table} AS g SET {assignments} FROM unnest({arrays}) AS v({aliases}) "
         f"WHERE g.{pk} = v.id AND g.{pk} IN (SELECT {pk} FROM locked) "
         f"AND (g.{sampled_col} IS NULL OR g.{sampled_col} < v.v0)"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [ids, *params])
+
+
+def _processes_json(sample: SampleIn) -> str | None:
+    """The sample's processes as the GPU row stores them, JSON `[[pid, used MiB or null], ...]`; None: not reported."""
+    if sample.processes is None:
+        return None
+    return json.dumps([list(process) for process in sample.processes])

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from nodes.models import GPUSample, Node
-from nodes.telemetry.limits import gpu_limits
+from nodes.telemetry.limits import MetricLimit, gpu_limits
 from nodes.telemetry.samples import METRIC_RANGES, SampleIn
 from nodes.telemetry.storage import ResolvedGPU
 
@@ -55,66 +55,98 @@ def validate_samples(
     gpus: Mapping[str, ResolvedGPU],
     node: Node | None,
     now: datetime,
+    indexes: Sequence[int] | None = None,
 ) -> dict[str, dict[str, list[str]]]:
     """Per sample index (as a string, as in JSON), per field: what is wrong with it; {} when nothing is.
 
-    Checked: the GPU UUID is one of `gpus` (and, with `node`, a GPU of that node); `ts` has a
-    timezone, is at most TELEMETRY_MAX_FUTURE_SKEW_S after `now` and not older than the rollup
-    retention (it would be deleted at once); each metric is a finite number within METRIC_RANGES
-    and within the physical limits of its GPU's model (nodes.telemetry.limits: memory, power,
-    clock), and memory used is at most memory in total.
+    A sample's index is its position in `samples`, or `indexes[position]` (its place in the
+    batch it came from). Checked: the GPU UUID is one of `gpus` (and, with `node`, a GPU of that
+    node); `ts` has a timezone, is at most TELEMETRY_MAX_FUTURE_SKEW_S after `now` and not older
+    than the rollup retention (it would be deleted at once); each metric is a finite number
+    within METRIC_RANGES and within the physical limits of its GPU's model
+    (nodes.telemetry.limits: memory, power, clock), memory used plus reserved is at most memory
+    in total. The checks run column by column with each GPU model's limits computed once: the
+    API checks a fleet's batches this way (no per-sample serializer work).
     """
     skew_s = settings.TELEMETRY_MAX_FUTURE_SKEW_S
     latest_ok = now + timedelta(seconds=skew_s)
     retention_d = settings.TELEMETRY_ROLLUP_RETENTION_D
     earliest_ok = now - timedelta(days=retention_d)
+    names = [str(i) for i in indexes] if indexes is not None else [str(i) for i in range(len(samples))]
     errors: dict[str, dict[str, list[str]]] = {}
-    for index, sample in enumerate(samples):
-        problems: dict[str, list[str]] = {}
-        resolved = gpus.get(sample.gpu_uuid)
-        if resolved is None:
-            problems["gpu_uuid"] = [f"Unknown GPU {sample.gpu_uuid!r}."]
-        elif node is not None and resolved.node_id != node.pk:
-            problems["gpu_uuid"] = [f"GPU {sample.gpu_uuid!r} is not a GPU of node {node.name!r}."]
-        if not isinstance(sample.ts, datetime) or timezone.is_naive(sample.ts):
-            problems["ts"] = ["must have a timezone (an ISO 8601 time with Z or an offset)"]
-        elif sample.ts > latest_ok:
-            ahead_s = math.ceil((sample.ts - now).total_seconds())
-            problems["ts"] = [f"is {ahead_s} s in the future (allowed skew {skew_s} s)"]
-        elif sample.ts < earliest_ok:
-            problems["ts"] = [f"is older than the rollup retention ({retention_d} days)"]
-        problems.update(_metric_problems(sample, resolved))
-        if problems:
-            errors[str(index)] = problems
+
+    def refuse(position: int, field: str, message: str) -> None:
+        errors.setdefault(names[position], {})[field] = [message]
+
+    resolved: list[ResolvedGPU | None] = [gpus.get(sample.gpu_uuid) for sample in samples]
+    node_pk = node.pk if node is not None else None
+    for position, (sample, gpu) in enumerate(zip(samples, resolved, strict=True)):
+        if gpu is None:
+            refuse(position, "gpu_uuid", f"{UNKNOWN_GPU} {sample.gpu_uuid!r}.")
+        elif node_pk is not None and gpu.node_id != node_pk:
+            assert node is not None
+            refuse(position, "gpu_uuid", f"GPU {sample.gpu_uuid!r} is not a GPU of node {node.name!r}.")
+        ts = sample.ts
+        if not isinstance(ts, datetime) or timezone.is_naive(ts):
+            refuse(position, "ts", "must have a timezone (an ISO 8601 time with Z or an offset)")
+        elif ts > latest_ok:
+            refuse(position, "ts", f"is {math.ceil((ts - now).total_seconds())} s in the future (allowed skew {skew_s} s)")
+        elif ts < earliest_ok:
+            refuse(position, "ts", f"is older than the rollup retention ({retention_d} days)")
+
+    limits_of = _limits_by_gpu(resolved)
+    for name, (low, high) in METRIC_RANGES.items():
+        for position, sample in enumerate(samples):
+            value = getattr(sample, name)
+            if value is None:
+                continue
+            # An int is finite however large; math.isfinite would overflow converting it to a float.
+            if type(value) is not int and (type(value) is not float or not math.isfinite(value)):
+                refuse(position, name, f"must be a finite number; got {value!r}")
+            elif value < low or value > high:
+                refuse(position, name, f"must be between {low} and {high}; got {_shown(value)}")
+            else:
+                limit = limits_of[position].get(name)
+                if limit is not None and value > limit.high:
+                    refuse(position, name, f"must be at most {limit.high:g}, {limit.reason}; got {_shown(value)}")
+    for position, sample in enumerate(samples):
+        used, total = sample.memory_used_mib, sample.memory_total_mib
+        if used is None or total is None:
+            continue
+        problems = errors.get(names[position], {})
+        if problems.keys() & {"memory_used_mib", "memory_total_mib", "memory_reserved_mib"}:
+            continue
+        reserved = sample.memory_reserved_mib or 0
+        if used + reserved > total:
+            what = "memory_total_mib" if not reserved else "memory_total_mib minus memory_reserved_mib"
+            refuse(position, "memory_used_mib", f"must not exceed {what} ({total - reserved}); got {used}")
     return errors
 
 
-def _metric_problems(sample: SampleIn, gpu: ResolvedGPU | None) -> dict[str, list[str]]:
-    """What is wrong with the metrics of one sample: not a finite number, outside METRIC_RANGES,
-    past the limits of its GPU (`gpu_limits`, when the GPU is known), or more memory used than in total."""
-    limits = gpu_limits(gpu.model, gpu.memory_mib) if gpu is not None else {}
-    problems: dict[str, list[str]] = {}
-    for name, (low, high) in METRIC_RANGES.items():
-        value = getattr(sample, name)
-        if value is None:
+UNKNOWN_GPU = "Unknown GPU"
+
+
+def unknown_gpu_only(problems: Mapping[str, list[str]]) -> bool:
+    """True when a sample's only problem is a GPU the inventory does not know (yet): a fresh node's
+    GPUs appear once its agent's report or the next inventory sync binds them, so the sample may
+    be sent again later (the API lists such samples under `retry`)."""
+    return problems.keys() == {"gpu_uuid"} and problems["gpu_uuid"][0].startswith(UNKNOWN_GPU)
+
+
+def _limits_by_gpu(resolved: Sequence[ResolvedGPU | None]) -> list[dict[str, MetricLimit]]:
+    """Each sample's GPU limits (`gpu_limits`), computed once per (model, memory); {} for an unknown GPU."""
+    cache: dict[tuple[str, int], dict[str, MetricLimit]] = {}
+    limits: list[dict[str, MetricLimit]] = []
+    for gpu in resolved:
+        if gpu is None:
+            limits.append({})
             continue
-        limit = limits.get(name)
-        # An int is finite however large; math.isfinite would overflow converting it to a float.
-        if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
-            problems[name] = [f"must be a finite number; got {value!r}"]
-        elif value < low or value > high:
-            problems[name] = [f"must be between {low} and {high}; got {_shown(value)}"]
-        elif limit is not None and value > limit.high:
-            problems[name] = [f"must be at most {limit.high:g}, {limit.reason}; got {_shown(value)}"]
-    used, total = sample.memory_used_mib, sample.memory_total_mib
-    if used is not None and total is not None and not problems.keys() & {"memory_used_mib", "memory_total_mib"}:
-        if used > total:
-            problems["memory_used_mib"] = [f"must not exceed memory_total_mib ({total}); got {used}"]
-    return problems
-
-
-def _finite(value: float) -> bool:
-    return isinstance(value, int) or math.isfinite(value)
+        key = (gpu.model, gpu.memory_mib)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = gpu_limits(gpu.model, gpu.memory_mib)
+        limits.append(found)
+    return limits
 
 
 def _shown(value: float) -> str:

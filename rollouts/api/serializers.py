@@ -130,7 +130,7 @@ class RollingUpdateSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "status", "progress_percent", "nodes", "config", "strategy", "max_unavailable",
             "on_failure", "maintenance_window", "waiting_for_window", "move_back", "message", "created_by",
-            "created_at", "updated_at", "started_at", "finished_at",
+            "created_at", "updated_at", "started_at", "finished_at", "start_by",
         ]
         read_only_fields = fields
 
@@ -190,6 +190,15 @@ class WindowPreviewSerializer(serializers.Serializer):
     next_opens_at = serializers.DateTimeField(allow_null=True, help_text="The next opening after now")
 
 
+class RolloutConfigsSerializer(serializers.Serializer):
+    present = serializers.ListField(child=serializers.CharField(),
+                                    help_text="Named configs already in the GPU operator's ConfigMaps")
+    to_write = serializers.ListField(child=serializers.CharField(),
+                                     help_text="Named configs gpuplane writes there before the first cordon")
+    problems = serializers.ListField(child=serializers.CharField(),
+                                     help_text="Why a config cannot be written (each a blocker)")
+
+
 class RolloutPreviewSerializer(serializers.Serializer):
     config = RolloutConfigSerializer()
     strategy = serializers.ChoiceField(choices=RolloutStrategy.choices())
@@ -205,6 +214,7 @@ class RolloutPreviewSerializer(serializers.Serializer):
     drain_blockers = RolloutDrainBlockerSerializer(
         many=True, help_text="Target nodes whose pods will block the drain: skipped at their turn, with the reason")
     pods_unread = serializers.CharField(allow_blank=True, help_text='Why the pods could not be read; "" when they were')
+    configs = RolloutConfigsSerializer(help_text="The device-plugin and mig-parted configs the change needs")
     explanation = serializers.ListField(child=serializers.CharField())
 
 

@@ -4,8 +4,14 @@ scheduler.core.savings's rules.
 Occupants are read from the occupied partitions (one query): a partition held by a gpuplane
 placement belongs to that replica, one used by a pod the inventory found belongs to that pod, and
 a GPU with something allocated but no partition rows is one occupant on its own (it is then
-counted on whole GPUs, so it never claims a saving). The GPU-equivalents are nodes.figures', so
-`allocated_gpu_equivalents` equals the overview's allocation total.
+counted on whole GPUs, so it never claims a saving). Only workloads that run count (issue 18): a
+replica gpuplane placed counts once its pod runs (placement ``running``), not while it is reserved
+or starting, nor when its pod failed, so a workload that was lost (evicted, its replacement never
+running) takes its GPUs off the baseline and off the used GPUs together and the saving can only
+fall; what is left out is said, never silent (``savings.services.not_running``). The inventory
+finds other teams' pods only while they run or are bound (a failed pod holds nothing). The
+GPU-equivalents are nodes.figures', and `allocated_gpu_equivalents` counts every occupied
+partition (a replica still starting too), so it equals the overview's allocation total.
 
 `cluster_savings()` counts the same figures in SQL (what every page uses): a partition's share is
 at most one GPU (share_milli <= 1000, a MIG profile at most 7/7), so an occupant holding a single
@@ -31,13 +37,22 @@ from nodes.gpu_costs import gpu_prices
 from nodes.holds import occupied_partition_filter, with_holder_id
 from nodes.models import GPU, Partition
 from nodes.vocabulary import SHARE_MILLI_FULL
+from scheduler.choices import PlacementStatus
 from scheduler.core.savings import GPUCost, Holding, ModelSavings, Occupant, Savings
+
+# A replica holding its partitions but not serving: reserved, or its pod not (yet) ready.
+NOT_RUNNING = (PlacementStatus.RESERVED, PlacementStatus.BINDING)
+
+
+def _running(partitions: QuerySet[Partition]) -> QuerySet[Partition]:
+    """Leave out the partitions held by a replica whose pod does not run (reserved or starting)."""
+    return partitions.exclude(hold__placement__status__in=NOT_RUNNING)
 
 
 def cluster_occupants() -> list[Occupant]:
-    """Every replica and foreign pod holding GPU capacity, with what it holds on each GPU."""
+    """Every running replica and foreign pod holding GPU capacity, with what it holds on each GPU."""
     holdings: dict[str, list[Holding]] = defaultdict(list)
-    rows = with_holder_id(Partition.objects.filter(occupied_partition_filter())).values_list(
+    rows = with_holder_id(_running(Partition.objects.filter(occupied_partition_filter()))).values_list(
         "holder_id", "pod", "gpu__uuid", "gpu__model", "kind", "share_milli", "mig_profile"
     ).order_by()  # no sort by node name and slot: it joins the nodes and sorts 40,000 rows for nothing
     for holder_id, pod, uuid, model, kind, share_milli, mig_profile in rows:
@@ -51,16 +66,18 @@ def cluster_occupants() -> list[Occupant]:
 
 
 def _occupied_partitions() -> QuerySet[Partition]:
-    """Occupied partitions annotated with their occupant: `holder_id`, and `pod_key`, the pod
-    only where no holder holds the partition (a held partition is its holder's, whatever pod)."""
-    return with_holder_id(Partition.objects.filter(occupied_partition_filter())).annotate(
+    """Occupied partitions of running occupants annotated with their occupant: `holder_id`, and
+    `pod_key`, the pod only where no holder holds the partition (a held partition is its
+    holder's, whatever pod)."""
+    return with_holder_id(_running(Partition.objects.filter(occupied_partition_filter()))).annotate(
         pod_key=Case(When(holder_id__isnull=True, then=F("pod")), default=Value(""), output_field=CharField())
     ).order_by()
 
 
 def cluster_savings(costs: dict[str, GPUCost]) -> Savings:
     """compute_savings(cluster_occupants(), costs), counted by the database: four aggregate
-    queries, and a fifth reading the partitions of pairs of several partitions when there are any."""
+    queries, and a fifth reading the partitions of pairs of several partitions when there are any.
+    Its allocation counts every occupied partition, a replica still starting too (the overview's)."""
     occupied = _occupied_partitions()
     baseline: Counter[str] = Counter()
     used: Counter[str] = Counter()
@@ -85,9 +102,10 @@ def cluster_savings(costs: dict[str, GPUCost]) -> Savings:
             # ceil(share), at least 1 (as compute_savings), instead of one per partition.
             share = shares[pair]
             baseline[models[pair]] -= counts[pair] - max(1, -(-share.numerator // share.denominator))
+    allocated = Partition.objects.filter(occupied_partition_filter()).order_by()  # starting replicas too
     equivalents = sum(
         (gpu_equivalent(row["kind"], row["share_milli"], row["mig_profile"]) * row["n"]
-         for row in occupied.values("kind", "share_milli", "mig_profile").annotate(n=Count("id"))),
+         for row in allocated.values("kind", "share_milli", "mig_profile").annotate(n=Count("id"))),
         Fraction(0),
     )
     # A GPU with something allocated but no partition rows: one occupant holding one GPU.

@@ -15,6 +15,7 @@ from django.conf import settings
 from savings.models import SavingsSample
 from savings.services.current import current_savings
 from savings.services.history import saved_over
+from savings.services.not_running import not_running
 from scheduler.core.savings import BASELINE
 
 WINDOW = timedelta(hours=24)
@@ -37,6 +38,7 @@ def savings_summary() -> dict[str, Any]:
         "gpu_hours_saved_24h": round(over_24h.gpu_hours, 2) if over_24h else 0.0,
         "usd_saved_24h": round(over_24h.usd, 2) if over_24h else 0.0,
         "kwh_saved_24h": round(over_24h.kwh, 3) if over_24h else 0.0,
+        "not_running": not_running().as_dict(),
         "sampled_at": latest,
         "sample_interval_s": settings.SAVINGS_SAMPLE_INTERVAL_S,
         "by_model": [

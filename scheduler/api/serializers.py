@@ -16,14 +16,21 @@ from rest_framework import serializers
 from rest_framework.reverse import reverse
 from rest_framework.utils import html
 
-from gpuplane.strict_input import StrictFloatField, StrictIntegerField, StrictSerializer, StrictStringField
+from gpuplane.strict_input import (
+    StrictBooleanField,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictSerializer,
+    StrictStringField,
+)
 from nodes.quantities import format_cpu, format_memory
 from nodes.vocabulary import MIB_PER_GB
 from scheduler import services
 from scheduler.choices import DecisionOutcome
 from scheduler.core import Priority, SharingRequest, WorkloadType
-from scheduler.label_lines import parse_labels
+from scheduler.label_lines import parse_arguments, parse_env, parse_labels
 from scheduler.models import Decision, Deployment, Placement
+from scheduler.services import container
 
 
 class _LabelLines(str):
@@ -72,11 +79,67 @@ class ModelNameField(StrictStringField):
     pass
 
 
-@extend_schema_field({"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": services.MAX_MEMORY_GB})
+@extend_schema_field({"type": "number", "minimum": services.MIN_MEMORY_GB, "maximum": services.MAX_MEMORY_GB})
 class MemoryGBField(StrictFloatField):
     pass
 
 
+# allow_blank makes drf-spectacular add its own `""` branch (oneOf): the pattern must not match "" too.
+@extend_schema_field({"type": "string", "maxLength": container.IMAGE_MAX_CHARS, "pattern": container.IMAGE_PATTERN})
+class ImageField(StrictStringField):
+    pass
+
+
+NO_NULL_PATTERN = "^[^\\u0000]*$"
+
+
+@extend_schema_field({"type": "string", "maxLength": container.MAX_ARG_CHARS, "pattern": "^[^\\u0000]+$"})
+class ArgumentField(StrictStringField):
+    pass
+
+
+class ArgumentsField(serializers.ListField):
+    """A container's command or arguments: a JSON list of strings (form posts: the field repeated,
+    or once with one argument a line)."""
+
+    child = ArgumentField(allow_blank=True, trim_whitespace=False, max_length=container.MAX_ARG_CHARS)
+
+    def get_value(self, dictionary: Any) -> Any:
+        if html.is_html_input(dictionary) and self.field_name in dictionary:
+            values = dictionary.getlist(self.field_name)
+            # The field repeated (`-d args=--model -d args=m`), or once as the form's box gives it.
+            return values if len(values) > 1 else parse_arguments(values[0])
+        return super().get_value(dictionary)
+
+
+@extend_schema_field({
+    "type": "object", "maxProperties": container.MAX_ENV,
+    "additionalProperties": {"type": "string", "maxLength": container.ENV_VALUE_MAX_CHARS, "pattern": NO_NULL_PATTERN},
+    "description": "Extra environment variables of the container: names are C identifiers; gpuplane's own "
+                   f"({', '.join(sorted(container.RESERVED_ENV))}) are refused.",
+})
+class EnvField(serializers.DictField):
+    """Environment variables: a JSON object of names to string values (form posts: NAME=value lines)."""
+
+    child = StrictStringField(allow_blank=True, trim_whitespace=False, max_length=container.ENV_VALUE_MAX_CHARS)
+    default_error_messages = {"not_a_dict": "Enter an object of variable names to string values."}
+
+    def get_value(self, dictionary: Any) -> Any:
+        if html.is_html_input(dictionary) and self.field_name in dictionary:
+            try:
+                return parse_env(dictionary[self.field_name])
+            except ValidationError as error:
+                return _BadLines(error.messages)
+        return super().get_value(dictionary)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, _BadLines):
+            raise serializers.ValidationError(list(data))
+        return super().to_internal_value(data)
+
+
+class _BadLines(list):
+    """The messages of form-encoded `env` lines that could not be read."""
 @extend_schema_field({
     "oneOf": [{"type": "string", "pattern": services.QUANTITY_PATTERN},
               {"type": "number", "minimum": 0, "exclusiveMinimum": True}],
@@ -129,7 +192,7 @@ class DeploymentCreateSerializer(StrictSerializer):
         required=False, allow_null=True, default=None,
         help_text="CPU each replica's pod requests (and is limited to), e.g. \"8\" or \"500m\"; at most "
                   f"{services.MAX_CPU_MILLI // 1000} cores. Omitted: the workload type's default "
-                  "(README, \"CPU and host memory\").",
+                  "(docs/concepts.md, \"CPU and host memory\").",
     )
     memory = QuantityField(
         required=False, allow_null=True, default=None,
@@ -137,13 +200,26 @@ class DeploymentCreateSerializer(StrictSerializer):
                   f"{services.MAX_HOST_MEMORY_MIB // (1024 * 1024)} Ti. Omitted: the workload type's default. "
                   "GPU memory is memory_gb.",
     )
-    enable_gpu_selection = serializers.BooleanField(
+    enable_gpu_selection = StrictBooleanField(
         default=True, help_text="false: hand every replica to the default Kubernetes scheduler"
     )
-    allow_default_scheduler = serializers.BooleanField(
+    allow_default_scheduler = StrictBooleanField(
         default=True,
         help_text="When no node qualifies only because of telemetry (busy GPUs), hand over to the default scheduler",
     )
+    image = ImageField(
+        required=False, default="", allow_blank=True, trim_whitespace=False, max_length=container.IMAGE_MAX_CHARS,
+        help_text="Container image of the workload; empty or omitted: the default (GPUPLANE_WORKLOAD_IMAGE)",
+    )
+    command = ArgumentsField(
+        required=False, default=list, max_length=container.MAX_ARGS,
+        help_text="The container's entrypoint, one list item per argument; empty or omitted: the image's own",
+    )
+    args = ArgumentsField(
+        required=False, default=list, max_length=container.MAX_ARGS,
+        help_text="The container's arguments; empty or omitted: the image's own",
+    )
+    env = EnvField(required=False, default=dict)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         # The domain rules, once, in the services (ValidationError keyed by these field names).
@@ -189,7 +265,10 @@ class DeploymentSerializer(serializers.ModelSerializer):
     cpu = serializers.SerializerMethodField(help_text="CPU each replica's pod requests, a Kubernetes quantity")
     memory = serializers.SerializerMethodField(help_text="Host memory each replica's pod requests, a Kubernetes quantity")
     labels = serializers.DictField(child=serializers.CharField(allow_blank=True))
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text="The user who deployed it; null when gpuplane made it itself (the demo) or the user was deleted",
+    )
     placements = PlacementSerializer(many=True, read_only=True)
     decision = serializers.SerializerMethodField()
 
@@ -198,8 +277,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "model", "memory_gb", "memory_mib", "gpu_count", "replicas", "workload_type", "priority",
             "latency_slo_ms", "namespace", "labels", "sharing", "share_percent", "cpu", "memory",
-            "enable_gpu_selection", "status",
-            "message",
+            "enable_gpu_selection", "image", "command", "args", "env", "status", "message",
             "created_by", "created_at", "updated_at", "placed_at", "placements", "decision",
         ]
         read_only_fields = fields

@@ -1,6 +1,6 @@
 """Workload classification: a request's size class, preferred GPU and default compute share.
 
-DESIGN.md section 3:
+docs/design.md section 3:
 
 | class  | model memory | preferred GPU | default share |
 |--------|--------------|---------------|---------------|

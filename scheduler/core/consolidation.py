@@ -1,4 +1,4 @@
-"""Consolidation planner: moves that empty whole nodes, then whole GPUs (DESIGN.md section 6).
+"""Consolidation planner: moves that empty whole nodes, then whole GPUs (docs/design.md section 6).
 
 Pure Python + numpy, no Django. Given the nodes (each GPU's free milli, MPS/time-slice client
 room, free MIG partitions; CPU and host memory left; cordoned) and the workloads on them, it

@@ -1,4 +1,4 @@
-"""GPU fragmentation as FGD measures it (Weng et al., ATC'23; DESIGN.md sections 6 and 13).
+"""GPU fragmentation as FGD measures it (Weng et al., ATC'23; docs/design.md sections 6 and 13).
 
 For a node and a "typical pod" class m, the node's idle GPU milli counts as fragment when m
 cannot run there at all (GPU model, CPU or GPUs lacking; a CPU-only class always counts all of

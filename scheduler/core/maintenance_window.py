@@ -1,4 +1,4 @@
-"""Maintenance windows: when a rollout may start disrupting nodes (DESIGN.md section 5, step 1).
+"""Maintenance windows: when a rollout may start disrupting nodes (docs/design.md section 5, step 1).
 
 Pure Python. A window is a cron expression for when it opens (the five fields of crontab(5):
 minute, hour, day of month, month, day of week), a duration in minutes, and an IANA time zone.

@@ -14,7 +14,7 @@ import numpy as np
 from nodes.catalog import CATALOG
 from scheduler.core.types import gpu_family, mig_share_milli
 
-MIG_PROFILE_ROWS = 6  # geometry rows of DESIGN.md section 4, the catalog's profile order
+MIG_PROFILE_ROWS = 6  # geometry rows of docs/design.md section 4, the catalog's profile order
 UNKNOWN_MODEL_ID = 0
 
 

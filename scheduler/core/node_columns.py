@@ -96,7 +96,10 @@ OFFER_FILL = {"offer_kind": -1, "offer_mig_row": -1, "offer_gpu": -1}  # an empt
 GROUP_COLUMNS = ("ready", "cordoned", "model_id", "mode_id", "replicas", "has_mig_gpu", "taint_set_id")
 BOOL_GROUP_COLUMNS = frozenset({"ready", "cordoned", "has_mig_gpu"})
 
-_KIND_RANK_WHOLE_FIRST = {KIND_ID[PartitionKind.EXCLUSIVE]: 0}  # a whole GPU wins a tie with a MIG instance
+# A whole GPU comes before a MIG instance of the same share (a free 7g instance), whatever their
+# memory, as `scheduler.core.assignment.assign` decides: a 7g.80gb holds less memory than the
+# board (81,152 of 81,559 MiB on an H100), and that must not make it the smaller unit.
+_KIND_RANK_WHOLE_FIRST = {KIND_ID[PartitionKind.EXCLUSIVE]: 0}
 
 
 @dataclass(frozen=True)
@@ -104,12 +107,12 @@ class NodeRow:
     """The column values of one node, computed from its objects by ``node_row``.
 
     ``offers`` are the distinct units a new single-GPU placement could get on the node now, as
-    (share milli, memory MiB, kind id, MIG row, GPU), ascending by share then memory (a whole GPU
-    before a MIG instance of equal size): a request fits iff some offer covers both its share
-    and its memory, and the first such offer is the unit it gets. Whole GPUs and uniform MPS
-    slots give one offer each (the largest memory), MIG one per free profile, weighted MPS and
-    time-slicing one per GPU with a free slot (share and memory must be free on the same GPU).
-    GPU is the position of the GPU the assignment takes for that unit (the lowest of equal
+    (share milli, memory MiB, kind id, MIG row, GPU), ascending by share, then a whole GPU before a
+    MIG instance of the same share, then memory: a request fits iff some offer covers both its
+    share and its memory, and the first such offer is the unit it gets. Whole GPUs and uniform
+    MPS slots give one offer each (the largest memory), MIG one per free profile, weighted MPS
+    and time-slicing one per GPU with a free slot (share and memory must be free on the same
+    GPU). GPU is the position of the GPU the assignment takes for that unit (the lowest of equal
     ones; for uniform MPS the one with the fewest free slots), so "which GPU" is a lookup too;
     for a whole GPU it is the first free one (the assignment also checks each GPU's memory).
     """
@@ -231,7 +234,7 @@ def node_row(node: NodeState, model_id: int, taint_set_id: int, models: ModelFac
     if slot_memory and mode == SharingMode.MPS:
         offers.setdefault((min(slot_share, max(slot_shares)), max(slot_memory), _KIND_MPS, -1), mps_gpu[1])
     ordered = [(*unit, gpu) for unit, gpu in offers.items()]
-    ordered.sort(key=lambda o: (o[0], o[1], _KIND_RANK_WHOLE_FIRST.get(o[2], 1), o[3], o[4]))
+    ordered.sort(key=lambda o: (o[0], _KIND_RANK_WHOLE_FIRST.get(o[2], 1), o[1], o[3], o[4]))
     count = len(node.gpus)
     load = load_sum / count if count else 0.0
     cpu_free, memory_free = node.cpu_free_milli, node.memory_free_mib

@@ -1,4 +1,4 @@
-"""Packing policies over a cluster of CPU, host memory and fractional GPUs (DESIGN.md sections 6, 13).
+"""Packing policies over a cluster of CPU, host memory and fractional GPUs (docs/design.md sections 6, 13).
 
 ``PackingCluster`` holds what is left on each node (GPU milli per GPU, CPU milli, memory MiB);
 ``fits`` is the NodeResourcesFit-like filter (CPU, memory, GPU model and GPU room), and the

@@ -1,6 +1,6 @@
 """gpuplane's sharing plan: how a pod list's sharing pods would share GPUs if packed offline.
 
-The replay protocol (DESIGN.md section 13) lets a policy know the pod list, not the order its
+The replay protocol (docs/design.md section 13) lets a policy know the pod list, not the order its
 pods come in (FGD's typical pods come from the same list). ``SharingPlan.build`` packs the list's
 sharing pods offline, largest first, each onto the GPU it fills tightest (best-fit decreasing),
 and keeps the resulting GPU contents ("patterns": 470+470, 650+320, 590+370, 810 alone ...).

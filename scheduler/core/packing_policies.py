@@ -1,4 +1,4 @@
-"""Online packing policies: pick a node (and its GPUs) for one pod, or none (DESIGN.md section 13).
+"""Online packing policies: pick a node (and its GPUs) for one pod, or none (docs/design.md section 13).
 
 Every policy filters with ``PackingCluster.fits`` and scores with the functions of
 ``scheduler.core.packing``; the highest score wins and ties go to the earliest row.

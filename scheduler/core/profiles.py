@@ -67,7 +67,7 @@ BALANCED: dict[str, Any] = {
 PACKING: dict[str, Any] = {
     **copy.deepcopy(BALANCED),
     "name": "packing",
-    # Dense clusters: gpuplane's packing rule alone (DESIGN.md section 6), with a say for the
+    # Dense clusters: gpuplane's packing rule alone (docs/design.md section 6), with a say for the
     # unit's fit (a 500 MPS slot for 250 wastes half of it). SharingPlan outweighs the others.
     "scores": {
         "SharingPlan": 0.55,

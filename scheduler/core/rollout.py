@@ -1,6 +1,6 @@
 """The rolling-update planner: which nodes change config in which batch, and what must move first.
 
-Pure Python (DESIGN.md section 5, step 1). Given the cluster's nodes (their workloads, capacity
+Pure Python (docs/design.md section 5, step 1). Given the cluster's nodes (their workloads, capacity
 and current sharing config), the names of the nodes to change, the target config and
 ``max_unavailable``, it gives:
 

@@ -1,6 +1,6 @@
 """Sizing: how large a unit each sharing mode must give a request, and the rule that said so.
 
-Each mode sizes by its own unit (DESIGN.md section 3):
+Each mode sizes by its own unit (docs/design.md section 3):
 
 | unit kind    | sized by                                              |
 |--------------|-------------------------------------------------------|

@@ -1,4 +1,4 @@
-"""The deploy pipeline (DESIGN.md section 3): validate, place every replica, watch; and delete.
+"""The deploy pipeline (docs/design.md section 3): validate, place every replica, watch; and delete.
 
 Views, API and tasks call these functions and hold no logic of their own. ``deploy`` places
 every replica of a new deployment through ``placing.place_replicas`` (decide, reserve all or
@@ -52,6 +52,7 @@ def _deploy(spec: DeploySpec, *, user: Any, cluster: ClusterBackend | None,
         latency_slo_ms=spec.latency_slo_ms, namespace=spec.namespace, labels=dict(spec.labels),
         sharing=spec.sharing, share_percent=spec.share_percent, enable_gpu_selection=spec.enable_gpu_selection,
         cpu_milli=spec.cpu_milli, host_memory_mib=spec.host_memory_mib,
+        image=spec.image, command=list(spec.command), args=list(spec.args), env=dict(spec.env),
         status=DeploymentStatus.PENDING,
         created_by=user if getattr(user, "is_authenticated", False) else None,
     )

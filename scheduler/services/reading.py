@@ -6,7 +6,8 @@ from typing import Any
 from django.db.models import Q
 
 from lifecycle.models import AuditEvent
-from nodes.vocabulary import MIB_PER_GB, SHARE_MILLI_FULL
+from nodes.figures import gpu_equivalent
+from nodes.vocabulary import MIB_PER_GB
 from scheduler.choices import DecisionOutcome
 from scheduler.models import Deployment, Placement
 
@@ -17,7 +18,8 @@ def placement_summary(placement: Placement) -> dict[str, Any]:
     ``{"node", "gpu_model", "gpus", "sharing", "share_percent", "memory_gb", "mig_profile"}``:
     ``node`` and ``gpu_model`` are None and ``sharing`` is "default-scheduler" for a replica
     handed to the default Kubernetes scheduler; ``share_percent`` is the compute share per GPU
-    (100.0 whole); ``memory_gb`` the GPU memory given per GPU (1 GB = 1024 MiB); ``mig_profile``
+    (100.0 whole; a MIG instance its compute slices of 7), rounded, not truncated, to one decimal as
+    every page shows it (2g = 2/7 = 28.6, not the stored 285 thousandths' 28.5); ``memory_gb`` the GPU memory given per GPU (1 GB = 1024 MiB); ``mig_profile``
     the MIG instance given ("" for other kinds).
     """
     if placement.node_id is None:
@@ -29,7 +31,7 @@ def placement_summary(placement: Placement) -> dict[str, Any]:
         "gpu_model": node.gpu_model or None,
         "gpus": list(placement.gpu_indexes or []),
         "sharing": placement.sharing,
-        "share_percent": placement.share_milli * 100 / SHARE_MILLI_FULL,
+        "share_percent": round(float(gpu_equivalent(placement.sharing, placement.share_milli, placement.mig_profile)) * 100, 1),
         "memory_gb": round(placement.memory_mib / MIB_PER_GB, 2),
         "mig_profile": placement.mig_profile,
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -16,8 +16,11 @@ from nodes.contract import RESERVED_LABEL_KEYS, RESERVED_LABEL_PREFIX
 from nodes.vocabulary import MIB_PER_GB
 from scheduler.core import Priority, SharingRequest, WorkloadType
 from scheduler.models import Deployment
+from scheduler.services.container import arguments_errors, env_errors, image_errors
 
 MAX_MEMORY_GB = 4096
+# Capacity is counted in whole MiB: anything smaller than one would be rounded up to it unseen.
+MIN_MEMORY_GB = 1 / 1024
 MAX_GPU_COUNT = 16  # the largest GPU nodes have 16; a gang must fit on one node
 MAX_LATENCY_SLO_MS = 86_400_000
 # A pod's CPU and host memory: Kubernetes quantities within one large node's allocatable.
@@ -72,6 +75,11 @@ class DeploySpec:
     # Kubernetes quantities ("8", "500m"; "64Gi"); None: the workload type's default (HOST_DEFAULTS).
     cpu: str | int | float | None = None
     memory: str | int | None = None
+    # The workload's container (scheduler.services.container): "" / empty = gpuplane's defaults.
+    image: str = ""
+    command: Sequence[str] = ()
+    args: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def memory_mib(self) -> int:
@@ -197,7 +205,8 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
     ``latency_slo_ms`` empty or 1-86,400,000; ``share_percent`` empty (the sharing mode sizes the
     replica by its own rule) or 1-100, and below 100 only for a single-GPU replica that may share
     (not ``exclusive``); the choice fields one of their values; ``labels``
-    valid Kubernetes labels (``label_errors``). A multi-GPU replica takes whole GPUs, so only
+    valid Kubernetes labels (``label_errors``); ``image``, ``command``, ``args`` and ``env`` what
+    a container may be given (``scheduler.services.container``). A multi-GPU replica takes whole GPUs, so only
     ``auto`` and ``exclusive`` sharing go with ``gpu_count`` > 1 (time-slicing especially: its
     replicas may land on one physical GPU). ``cpu`` and ``memory`` are Kubernetes quantities (a
     number: cores, bytes), greater than 0 and at most 1,024 cores / 16 Ti; None takes the workload
@@ -210,8 +219,8 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
     memory = spec.memory_gb
     if isinstance(memory, bool) or not isinstance(memory, int | float) or not math.isfinite(memory):
         errors["memory_gb"].append("Enter a number.")
-    elif not 0 < memory <= MAX_MEMORY_GB:
-        errors["memory_gb"].append(f"Enter a number of GB greater than 0 and at most {MAX_MEMORY_GB}.")
+    elif not MIN_MEMORY_GB <= memory <= MAX_MEMORY_GB:
+        errors["memory_gb"].append(f"Enter a number of GB from 1/1024 (1 MiB) to {MAX_MEMORY_GB}.")
     _check_int(errors, "gpu_count", spec.gpu_count, 1, MAX_GPU_COUNT)
     _check_int(errors, "replicas", spec.replicas, 1, settings.DEPLOYMENT_MAX_REPLICAS)
     if spec.latency_slo_ms is not None:
@@ -228,6 +237,10 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
     errors["labels"].extend(label_errors(spec.labels))
     for name, messages in host_quantity_errors(spec.cpu, spec.memory).items():
         errors[name].extend(messages)
+    errors["image"].extend(image_errors(spec.image))
+    errors["command"].extend(arguments_errors(spec.command))
+    errors["args"].extend(arguments_errors(spec.args))
+    errors["env"].extend(env_errors(spec.env))
     if not errors["gpu_count"] and not errors["sharing"]:
         share_percent = None if errors["share_percent"] else spec.share_percent
         for name, message in cross_field_errors(spec.gpu_count, spec.sharing, share_percent).items():
@@ -236,8 +249,10 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
     if found:
         raise ValidationError(found)
     # Canonical quantities, the defaults filled in: what the deployment stores and shows.
-    return replace(spec, memory_gb=float(memory), labels=dict(spec.labels),
-                   cpu=quantities.format_cpu(spec.cpu_milli), memory=quantities.format_memory(spec.host_memory_mib))
+    return replace(
+        spec, memory_gb=float(memory), labels=dict(spec.labels), command=list(spec.command), args=list(spec.args),
+        env=dict(spec.env), cpu=quantities.format_cpu(spec.cpu_milli), memory=quantities.format_memory(spec.host_memory_mib),
+    )
 
 
 def cross_field_errors(gpu_count: int, sharing: str, share_percent: int | None) -> dict[str, str]:
@@ -265,6 +280,7 @@ def spec_of(deployment: Deployment) -> DeploySpec:
         gpu_count=deployment.gpu_count, replicas=deployment.replicas, workload_type=deployment.workload_type,
         priority=deployment.priority, latency_slo_ms=deployment.latency_slo_ms, namespace=deployment.namespace,
         labels=dict(deployment.labels or {}), sharing=deployment.sharing, share_percent=deployment.share_percent,
-        enable_gpu_selection=deployment.enable_gpu_selection,
+        enable_gpu_selection=deployment.enable_gpu_selection, image=deployment.image,
+        command=list(deployment.command or []), args=list(deployment.args or []), env=dict(deployment.env or {}),
         cpu=quantities.format_cpu(deployment.cpu_milli), memory=quantities.format_memory(deployment.host_memory_mib),
     )

@@ -40,6 +40,18 @@
     return meter;
   }
 
+  function drawCounts(nodes) {
+    var counted = 0;
+    words.counted_states.forEach(function (state) {
+      var n = nodes.filter(function (node) { return node.state === state; }).length;
+      counted += n;
+      var item = document.querySelector('#rollout-counts [data-count="' + state + '"] strong');
+      if (item) { item.textContent = String(n); }
+    });
+    var other = document.querySelector('#rollout-counts [data-count="other"] strong');
+    if (other) { other.textContent = String(nodes.length - counted); }
+  }
+
   function drawRollout(data) {
     var status = document.getElementById("rollout-status");
     status.textContent = words.status_labels[data.status] || data.status;
@@ -72,12 +84,17 @@
       state.appendChild(badge(node.state, kind));
       row.appendChild(state);
       var step = document.createElement("td");
-      step.appendChild(bar(words.step_percent[node.state] || 0, kind === "bad"));
+      if (node.state in words.step_percent) {
+        step.appendChild(bar(words.step_percent[node.state], false));
+      } else {  // skipped, failed, rolled back: how it ended, not a percentage
+        step.appendChild(cell("span", words.step_words[node.state] || node.state, "muted"));
+      }
       row.appendChild(step);
       row.appendChild(cell("td", node.reason || "—", "wrap"));
       return row;
     });
     body.replaceChildren.apply(body, rows);
+    drawCounts(data.nodes);
     var offered = words.actions[data.status] || [];
     document.querySelectorAll("#rollout-actions [data-action]").forEach(function (button) {
       button.hidden = offered.indexOf(button.dataset.action) < 0;

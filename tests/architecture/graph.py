@@ -17,7 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Top-level packages whose modules are "project modules"; a missing one (an app not created yet) is skipped.
-PROJECT_PACKAGES = ("gpuplane", "nodes", "scheduler", "lifecycle", "savings", "rollouts", "consolidation", "bench", "tests")
+PROJECT_PACKAGES = ("gpuplane", "nodes", "scheduler", "lifecycle", "savings", "rollouts", "consolidation", "bench", "tests",
+                    "gpuplane_cli")
 
 
 @dataclass(frozen=True)

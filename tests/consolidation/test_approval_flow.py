@@ -141,14 +141,17 @@ def test_reject_needs_a_reason_and_a_decided_plan_is_a_409(spread, admin_user):
     assert admin.post(f"{URL}{plan['id']}/approve/", {"x": 1}, format="json").status_code == 400
 
 
-def test_a_plan_with_no_moves_answers_the_analysis_but_cannot_be_approved(admin_user):
+def test_an_analysis_with_nothing_to_move_stores_no_plan_and_an_empty_plan_cannot_be_approved(admin_user):
     response = client_for(admin_user).post(URL, format="json")  # an empty cluster: nothing to move
-    assert response.status_code == 201, response.content
-    plan = response.json()
-    assert plan["moves"] == []
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["plan"] is None and body["detail"].startswith("Nothing to consolidate now")
+    assert body["method"] and not ConsolidationPlan.objects.exists()
 
-    response = client_for(admin_user).post(f"{URL}{plan['id']}/approve/", format="json")
+    # A plan without moves stored before issue 18 (every analysis stored one) is still no proposal.
+    empty = ConsolidationPlan.objects.create(expires_at=timezone.now() + timedelta(minutes=5))
+    response = client_for(admin_user).post(f"{URL}{empty.pk}/approve/", format="json")
 
     assert response.status_code == 409
     assert "no moves" in response.json()["detail"]
-    assert ConsolidationPlan.objects.get(pk=plan["id"]).status == "proposed"
+    assert ConsolidationPlan.objects.get(pk=empty.pk).status == "proposed"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from consolidation.analysis import analyse
+from consolidation.analysis import analyse, run_analysis
 from consolidation.budgets import disruptions_allowed
+from consolidation.models import ConsolidationPlan
 from nodes.cluster.base import ClusterError, ClusterPDB
 from nodes.contract import LABEL_DEPLOYMENT
 from scheduler import services
@@ -46,12 +47,12 @@ def test_without_a_pdb_the_setting_is_the_budget(spread):
 def test_max_unavailable_zero_keeps_the_workload_out_of_the_plan(spread):
     cluster, deployment = spread
     cluster.add_pdb("default", "chat-pdb", {LABEL_DEPLOYMENT: str(deployment.pk)}, max_unavailable=0)
-    plan = analyse()
-    assert plan.moves == [] and plan.nodes_freed == []
-    [budget] = plan.disruption["budgets"]
+    outcome = run_analysis()
+    assert outcome.plan is None and not ConsolidationPlan.objects.exists()  # nothing to move: no plan stored
+    [budget] = outcome.budgets
     assert budget["allowed"] == 0 and budget["moved"] == 0
     assert budget["source"].startswith("PDB default/chat-pdb (maxUnavailable 0, 3 of 3 ready")
-    assert any("disruption budget (0)" in s["reason"] for s in plan.skipped)
+    assert any("disruption budget (0)" in s["reason"] for s in outcome.skipped)
 
 
 def test_min_available_two_of_three_allows_one_move(spread):
@@ -74,9 +75,9 @@ def test_a_pdb_of_another_namespace_or_selector_does_not_apply(spread):
 def test_unreadable_pdbs_move_nothing(spread):
     cluster, _ = spread
     cluster.inject_fault("list_pdbs", "the API server is down")
-    plan = analyse()
-    assert plan.moves == []
-    assert "could not be read" in plan.disruption["budgets"][0]["source"]
+    outcome = run_analysis()
+    assert outcome.plan is None
+    assert "could not be read" in outcome.budgets[0]["source"]
 
 
 @pytest.mark.parametrize(("min_available", "max_unavailable", "selected", "ready", "allowed"), [

@@ -2,6 +2,8 @@
 stale plans expire; both tasks are on the beat schedule at their settings' intervals."""
 from __future__ import annotations
 
+import itertools
+import time
 from datetime import timedelta
 
 import pytest
@@ -14,6 +16,15 @@ from tests.rollouts.simulated import mps_cluster
 from tests.scheduler.inventory import FakeClock
 
 pytestmark = pytest.mark.django_db
+
+
+SLOTS = itertools.count(time.time_ns())  # never a slot an earlier test (or run) claimed
+
+
+@pytest.fixture(autouse=True)
+def fresh_slots(monkeypatch):
+    """Each run of the analysis in its own beat slot (two in one slot: the second does nothing)."""
+    monkeypatch.setattr("consolidation.tasks.interval_slot", lambda interval_s: next(SLOTS))
 
 
 def test_the_analysis_proposes_and_waits_for_an_admin_by_default():

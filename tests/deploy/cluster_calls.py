@@ -29,6 +29,7 @@ from typing import Any
 from kubernetes import client
 
 from nodes.cluster import kubernetes as kubernetes_backend
+from nodes.cluster.base import ClusterConfigMap
 from nodes.cluster.kubernetes import KubernetesCluster
 from tests.nodes.kubernetes import api_objects as k8s
 from tests.nodes.kubernetes.fake_api import FakeKubeAPI, RecordedRequest, Reply
@@ -158,9 +159,21 @@ def operations() -> dict[str, Callable[..., Any]]:
 
 
 def arguments(function: Callable[..., Any]) -> dict[str, Any]:
-    hints = typing.get_type_hints(function, vars(kubernetes_backend))
+    hints = typing.get_type_hints(function, vars(inspect.getmodule(function)))
     parameters = list(inspect.signature(function).parameters.values())[1:]  # not self
     return {p.name: example(hints[p.name], p.name) for p in parameters if p.default is inspect.Parameter.empty}
+
+
+# Arguments, beyond the examples, that reach another branch of an operation: a ConfigMap not read
+# before (no resourceVersion) is created, not replaced.
+VARIANTS: dict[str, list[dict[str, Any]]] = {
+    "write_configmap": [{"configmap": ClusterConfigMap("gpu-operator", "gpuplane-device-plugin-configs", {})}],
+}
+
+
+def argument_sets(name: str, function: Callable[..., Any]) -> list[dict[str, Any]]:
+    examples = arguments(function)
+    return [examples] + [{**examples, **variant} for variant in VARIANTS.get(name, [])]
 
 
 # --- which generated client methods ran -------------------------------------------------------------
@@ -170,15 +183,25 @@ def _api_classes() -> list[type]:
             if cls.__module__.startswith("kubernetes.client.api.")]
 
 
+def _backend_modules() -> list[Path]:
+    """nodes/cluster/kubernetes.py and the modules of the mixins KubernetesCluster is made of
+    (kubernetes_configmaps.py), which call the client through it."""
+    return sorted({Path(inspect.getfile(cls)) for cls in KubernetesCluster.__mro__
+                   if cls.__module__.startswith("nodes.cluster.")} | {Path(kubernetes_backend.__file__)})
+
+
 @functools.cache
 def client_methods_in_code() -> frozenset[str]:
     """The generated client's methods (list_node, create_namespaced_pod_eviction...) that
-    nodes/cluster/kubernetes.py names anywhere."""
+    nodes/cluster/kubernetes.py and its mixins' modules name anywhere."""
     methods = {name for cls in _api_classes() for name, _ in inspect.getmembers(cls, inspect.isfunction)
                if not name.startswith("_") and not name.endswith("_with_http_info")}
     methods -= {"api_client"}
-    tree = ast.parse(Path(kubernetes_backend.__file__).read_text())
-    return frozenset(node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr in methods)
+    found: set[str] = set()
+    for path in _backend_modules():
+        tree = ast.parse(path.read_text())
+        found |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr in methods}
+    return frozenset(found)
 
 
 @contextmanager
@@ -222,14 +245,15 @@ def run_every_operation(server: FakeKubeAPI) -> CallLog:
     with _recording_client_methods(client_methods_in_code(), log.client_methods):
         for mood in MOODS:
             for name, function in operations().items():
-                server.reset()
-                server.serve(functools.partial(_answer, mood, log.answer_errors))
-                cluster = KubernetesCluster.for_host(server.url, token="rbac-test", request_timeout_s=(2.0, 5.0))
-                try:
-                    getattr(cluster, name)(**arguments(function))
-                except Exception:  # noqa: BLE001, S110 - the requests made are what counts, not the outcome
-                    pass
-                log.operations.add(name)
-                for request in server.requests:
-                    log.accesses.setdefault(access_of(request.method, request.path, request.query), set()).add(name)
+                for kwargs in argument_sets(name, function):
+                    server.reset()
+                    server.serve(functools.partial(_answer, mood, log.answer_errors))
+                    cluster = KubernetesCluster.for_host(server.url, token="rbac-test", request_timeout_s=(2.0, 5.0))
+                    try:
+                        getattr(cluster, name)(**kwargs)
+                    except Exception:  # noqa: BLE001, S110 - the requests made are what counts, not the outcome
+                        pass
+                    log.operations.add(name)
+                    for request in server.requests:
+                        log.accesses.setdefault(access_of(request.method, request.path, request.query), set()).add(name)
     return log

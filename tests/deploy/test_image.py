@@ -43,7 +43,7 @@ FAKE_NVML = '''
 import sys
 sys.path.append({base!r})
 import pynvml
-from tests.nodes.test_collector_nvml import FakeGPU, FakeNVML
+from tests.nodes.fake_nvml import FakeGPU, FakeNVML
 _fake = FakeNVML([FakeGPU(uuid="GPU-{node}-0", index=0, utilization=37), FakeGPU(uuid="GPU-{node}-1", index=1)])
 for _name in dir(_fake):
     if _name.startswith("nvml"):

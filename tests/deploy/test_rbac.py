@@ -72,7 +72,9 @@ def test_every_client_call_in_the_code_was_exercised(calls):
 def test_the_derivation_sees_what_the_role_is_checked_against(calls):
     # The run is real: it found each kind of request the backend makes, watches and subresources included.
     assert {Access("watch", "", "nodes"), Access("create", "", "pods/eviction"),
-            Access("patch", "apps", "deployments/scale"), Access("list", "policy", "poddisruptionbudgets")} <= set(calls.accesses)
+            Access("patch", "apps", "deployments/scale"), Access("list", "policy", "poddisruptionbudgets"),
+            Access("get", "", "configmaps"), Access("update", "", "configmaps"),
+            Access("create", "", "configmaps")} <= set(calls.accesses)
     assert calls.accesses[Access("delete", "", "pods")] == {"restart_device_plugin"}
 
 

@@ -143,6 +143,10 @@ def test_an_admin_approves_a_plan_on_the_demo_and_the_savings_page_changes(page:
             for i in p.gpu_indexes}
     assert not emptied & held
 
+    # The watch task's part: each replacement is marked running once its pod is ready (the savings
+    # count only replicas that run).
+    for deployment in Deployment.objects.all():
+        watch_deployment(deployment.pk, cluster=demo)
     page.reload()
     expect(page.locator(f"#plan-{plan_id} [data-plan='status']")).to_have_text("Executed")
     expect(page.locator(f"#plan-{plan_id} [data-plan='reason']")).to_contain_text("3 of 3 move(s) done")

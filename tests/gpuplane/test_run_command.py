@@ -105,7 +105,7 @@ def test_addresses_for_binding_and_for_people():
 
 # --- supervisor behaviour with stand-in children ------------------------------------------
 
-def test_when_one_child_dies_the_others_are_stopped_and_the_supervisor_fails():
+def test_a_child_that_keeps_dying_is_restarted_a_few_times_then_the_supervisor_gives_up():
     out = io.StringIO()
     supervisor = Supervisor(
         [
@@ -114,6 +114,8 @@ def test_when_one_child_dies_the_others_are_stopped_and_the_supervisor_fails():
         ],
         out,
         stop_timeout_s=10,
+        max_restarts=2,
+        restart_delay_s=0.2,
     )
 
     status = supervisor.run()
@@ -122,9 +124,45 @@ def test_when_one_child_dies_the_others_are_stopped_and_the_supervisor_fails():
     steady = supervisor.children[0]
     assert steady.popen.returncode is not None and not running(steady.pid)
     log = out.getvalue()
-    assert "flaky    | giving up" in log  # output is echoed line by line, name first
-    assert "flaky exited with status 3; stopping the others" in log
+    assert log.count("flaky    | giving up") == 3  # output is echoed line by line, name first
+    assert "flaky exited with status 3; starting it again in 0.2 s (restart 1 of at most 2 in 600 s)" in log
+    assert "flaky exited with status 3; starting it again in 0.4 s (restart 2 of at most 2 in 600 s)" in log
+    assert "flaky exited with status 3 (3 exits in 600 s); giving up: stopping the others" in log
     assert "all processes stopped" in log
+
+
+def test_a_child_that_crashes_once_is_started_again_and_the_rest_keep_running(tmp_path):
+    out = io.StringIO()
+    marker = tmp_path / "crashed-once"
+    # The first run crashes (as kombu's torn-message JSONDecodeError did); the second stays up.
+    crash_once = (f"import os, sys, time; p = {str(marker)!r}\n"
+                  "if not os.path.exists(p): open(p, 'w').close(); print('boom', flush=True); sys.exit(1)\n"
+                  "print('UP', flush=True); time.sleep(60)")
+    supervisor = Supervisor(
+        [python_child("steady", "import time; print('up', flush=True); time.sleep(60)"),
+         ProcessSpec("worker", (sys.executable, "-c", crash_once))],
+        out, stop_timeout_s=10, restart_delay_s=0.1,
+    )
+    pids: dict[str, int] = {}
+
+    def stop_once_up() -> None:
+        deadline = time.monotonic() + 20
+        while "worker   | UP" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids.update({child.name: child.pid for child in supervisor.children})
+        supervisor.request_stop()
+
+    stopper = threading.Thread(target=stop_once_up)
+    stopper.start()
+    status = supervisor.run()
+    stopper.join()
+
+    log = out.getvalue()
+    assert status == 0, log
+    assert "worker exited with status 1; starting it again in 0.1 s (restart 1 of at most 3 in 600 s)" in log
+    assert f"started worker again (pid {pids['worker']})" in log
+    assert "steady exited" not in log  # the others were never stopped
+    assert not any(running(pid) for pid in pids.values())
 
 
 def test_it_announces_ready_only_after_every_child_printed_its_ready_line():

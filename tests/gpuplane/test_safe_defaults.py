@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.gpuplane.test_settings_env import BASE_DIR, SETTINGS_VARIABLES
 
-# What a production deployment sets (README.md, "Production").
+# What a production deployment sets (docs/operations.md, "Production").
 PRODUCTION = {
     "DEBUG": "false",
     "SECRET_KEY": "x7Qm2pV9sLk4Rt8Wz1Nc6Yb3Hd5Jf0Ga-Ue2Io9Pl7Kj4Mn6Bv8Cx1Zq3Wr5Ty",
@@ -172,8 +172,8 @@ def test_check_deploy_names_what_is_missing_without_them(tmp_path):
         assert warning in result.stderr + result.stdout
 
 
-def test_the_readme_documents_every_production_variable():
-    readme = (BASE_DIR / "README.md").read_text()
+def test_the_operations_guide_documents_every_production_variable():
+    readme = (BASE_DIR / "docs" / "operations.md").read_text()
     missing = [name for name in PRODUCTION if f"`{name}`" not in readme]
     assert missing == []
 

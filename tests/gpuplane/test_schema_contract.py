@@ -55,8 +55,8 @@ def test_the_deploy_body_states_the_field_rules(schema):
         if "DeploymentCreateRequest" in schema["components"]["schemas"] \
         else schema["components"]["schemas"]["DeploymentCreate"]["properties"]
     assert fields["name"]["pattern"] == "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-    assert (fields["memory_gb"]["minimum"], fields["memory_gb"]["exclusiveMinimum"], fields["memory_gb"]["maximum"]) == (
-        0, True, 4096)
+    # At least 1 MiB (capacity is counted in whole MiB), at most 4096 GB.
+    assert (fields["memory_gb"]["minimum"], fields["memory_gb"]["maximum"]) == (1 / 1024, 4096)
     assert (fields["gpu_count"]["minimum"], fields["gpu_count"]["maximum"]) == (1, 16)
     assert fields["model"]["minLength"] == 1
 

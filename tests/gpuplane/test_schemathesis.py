@@ -15,29 +15,35 @@ import pytest
 import schemathesis
 from django.contrib.auth.models import Group, User
 from django.core import signals
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import close_old_connections
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis.errors import Unsatisfiable
+from knox.models import AuthToken
 from rest_framework.test import APIClient
 from schemathesis import GenerationMode
+from schemathesis.checks import CHECKS, load_all_checks
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from gpuplane.roles import ADMIN
 from gpuplane.wsgi import application
+from scheduler.label_lines import parse_env, parse_labels
 from scheduler.services import label_errors
+from scheduler.services.container import env_errors
 from scheduler.services.spec import cross_field_errors, host_quantity_errors
 from tests.conftest import PASSWORD
 
 # Enough to reach each parameter's edges (0, negatives, empty strings) on every operation while
 # the whole run stays around a minute.
 MAX_EXAMPLES = 25
+ADMIN_USERNAME = "schemathesis-admin"
 
 
 @pytest.fixture
 def admin_headers(db) -> dict[str, str]:
     """An admin's token, obtained the way a client obtains one (however tokens are stored)."""
-    user = User.objects.create_user("schemathesis-admin", password=PASSWORD)
+    user = User.objects.create_user(ADMIN_USERNAME, password=PASSWORD)
     user.groups.add(Group.objects.get_or_create(name=ADMIN)[0])
     response = APIClient().post("/api/v1/auth/token/", {"username": user.username, "password": PASSWORD}, format="json")
     assert response.status_code == 200, response.content
@@ -75,20 +81,36 @@ def follows_cross_field_rules(case) -> bool:
         # A quantity's bounds (1,024 cores, 16 Ti) are not a pattern's to state.
         if host_quantity_errors(body.get("cpu"), body.get("memory")):
             return False
-        # Label keys: OpenAPI 3.0 has no propertyNames; the API's own rule decides.
-        return not label_errors(body.get("labels", {}))
+        # Label keys and env names: OpenAPI 3.0 has no propertyNames; the API's own rule decides.
+        # A form body gives them as text, one key=value a line (their descriptions say so).
+        labels, env = body.get("labels", {}), body.get("env", {})
+        try:
+            labels = parse_labels(labels) if isinstance(labels, str) else labels
+            env = parse_env(env) if isinstance(env, str) else env
+        except DjangoValidationError:
+            return False
+        return not label_errors(labels) and not env_errors(env)
     return True
+
+
+def fresh_token_headers() -> dict[str, str]:
+    """A new token of another user: `DELETE ?all=true` revokes all of its user's tokens."""
+    user, _ = User.objects.get_or_create(username="schemathesis-revoker")
+    _token, key = AuthToken.objects.create(user=user)
+    return {"Authorization": f"Token {key}"}
+
+
+load_all_checks()
+ALL_CHECKS = CHECKS.get_all()
 
 
 def run_operation(operation, mode: GenerationMode, headers: dict[str, str]) -> None:
     excluded = []
     if mode is GenerationMode.POSITIVE and operation.label in SKIP_POSITIVE_ACCEPTANCE:
         excluded.append(positive_data_acceptance)
-    # JSON bodies only: form and multipart bodies cannot carry null or an object (`labels`), which the
-    # deploy API's form parsers mishandle today (reported in issue 8, "be strict", another slice).
-    strategy = operation.as_strategy(generation_mode=mode).filter(
-        lambda case: case.media_type in (None, "application/json")
-    )
+    # Every media type the schema lists: JSON, and for the deploy and token endpoints form and
+    # multipart bodies too (their own components: no null, labels as text; gpuplane/schema.py).
+    strategy = operation.as_strategy(generation_mode=mode)
     if mode is GenerationMode.POSITIVE:
         strategy = strategy.filter(follows_cross_field_rules)
 
@@ -98,7 +120,10 @@ def run_operation(operation, mode: GenerationMode, headers: dict[str, str]) -> N
         phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
     )
     def check(case) -> None:
-        case.call_and_validate(headers=headers, excluded_checks=excluded)
+        # Revoking the token a request carries would sign the rest of the run out: each gets its own.
+        own = fresh_token_headers() if operation.label == "DELETE /api/v1/auth/token/" else headers
+        # Every registered check, as `schemathesis run --checks all` (conformance included).
+        case.call_and_validate(headers=own, checks=ALL_CHECKS, excluded_checks=excluded)
 
     check()
 

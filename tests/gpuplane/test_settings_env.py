@@ -28,6 +28,7 @@ SETTINGS_VARIABLES = (
     "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD",
     "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_PROXY_SSL_HEADER", "CSRF_TRUSTED_ORIGINS",
     "GPUPLANE_LOGIN_RATE", "GPUPLANE_TOKEN_RATE", "GPUPLANE_API_TOKEN_TTL_H", "GPUPLANE_CLIENT_IP_HEADER",
+    "GPUPLANE_CELERY_VISIBILITY_TIMEOUT_S",
 )
 
 DUMP_SETTINGS = """
@@ -70,8 +71,10 @@ def django_setup(tmp_path: Path, code: str = "", **variables: str) -> subprocess
         ({"GPUPLANE_CLUSTER": "foo"}, "GPUPLANE_CLUSTER='foo' must be one of: simulated, kubernetes"),
         ({"SECURE_PROXY_SSL_HEADER": "https"}, "SECURE_PROXY_SSL_HEADER='https' is not `Header-Name: value`"),
         ({"SECURE_HSTS_SECONDS": "-1"}, "SECURE_HSTS_SECONDS=-1 must be >= 0"),
+        # Shorter than the longest task would let Redis hand a running task to a second worker.
+        ({"GPUPLANE_CELERY_VISIBILITY_TIMEOUT_S": "300"}, "GPUPLANE_CELERY_VISIBILITY_TIMEOUT_S=300 must be >= 420"),
     ],
-    ids=["bool", "int", "int-minimum", "choice", "header-pair", "hsts-seconds"],
+    ids=["bool", "int", "int-minimum", "choice", "header-pair", "hsts-seconds", "visibility-timeout"],
 )
 def test_it_refuses_to_start_on_a_bad_value(tmp_path, variables, message):
     result = django_setup(tmp_path, **variables)
@@ -113,6 +116,7 @@ def test_it_switches_to_production_services_from_the_environment(tmp_path):
         REDIS_URL="redis://cache.internal:6379/2",
         GPUPLANE_CLUSTER="kubernetes",
         GPUPLANE_KUBECONFIG="/etc/gpuplane/kubeconfig",
+        GPUPLANE_CELERY_VISIBILITY_TIMEOUT_S="7200",
     )
 
     assert result.returncode == 0, result.stderr
@@ -124,7 +128,7 @@ def test_it_switches_to_production_services_from_the_environment(tmp_path):
     assert (seen["db_name"], seen["db_host"], seen["db_port"]) == ("gpuplane", "db.internal", 5433)
     assert seen["broker_url"] == "redis://cache.internal:6379/2"
     # Longer than the hard task time limit (360 s), or Redis would hand a running task to a second worker.
-    assert seen["broker_options"]["visibility_timeout"] > 360
+    assert seen["broker_options"] == {"visibility_timeout": 7200}
     assert seen["cluster"] == "kubernetes"
     assert seen["kubeconfig"] == "/etc/gpuplane/kubeconfig"
 

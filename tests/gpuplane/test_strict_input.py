@@ -18,8 +18,8 @@ from rest_framework.test import APIClient
 
 from consolidation.models import ConsolidationPlan
 from gpuplane.strict_input import RejectUnknownFieldsMixin, StrictIntegerField
-from nodes.api import telemetry
-from nodes.models import GPU, Node
+from nodes.api import telemetry_schema as telemetry
+from nodes.models import GPU, Node, NodeGPUReport
 from rollouts.models import RollingUpdate
 from scheduler.api.serializers import DeploymentCreateSerializer
 from scheduler.models import Deployment
@@ -60,6 +60,7 @@ def objects(admin_api) -> dict[str, str]:
     assert gpu is not None
     RollingUpdate.objects.create(name="ts4", config={"mode": "timeslice", "replicas": 4, "mig_layout": None})
     ConsolidationPlan.objects.create(expires_at=timezone.now() + timedelta(hours=1))
+    NodeGPUReport.objects.create(node=gpu.node, gpus=[], reported_at=timezone.now(), changed_at=timezone.now())
     return {"name": gpu.node.name, "uuid": gpu.uuid}
 
 

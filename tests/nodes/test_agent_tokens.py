@@ -167,7 +167,7 @@ def test_user_tokens_keep_working_beside_agent_tokens(n1, agent_key, viewer):
     assert bearer(agent_key).post(TELEMETRY, one_sample(), format="json").status_code == 201
 
 
-def test_it_records_when_a_token_was_last_used_at_most_once_a_minute(n1, agent_key):
+def test_it_records_when_a_token_was_last_used_at_most_once_in_five_minutes(n1, agent_key):
     token = NodeAgentToken.objects.get()
     assert token.last_used_at is None
 
@@ -176,9 +176,9 @@ def test_it_records_when_a_token_was_last_used_at_most_once_a_minute(n1, agent_k
     assert first is not None and timezone.now() - first < timedelta(seconds=10)
 
     bearer(agent_key).get("/api/v1/nodes/")
-    assert NodeAgentToken.objects.get().last_used_at == first  # within the minute: no write
+    assert NodeAgentToken.objects.get().last_used_at == first  # within five minutes: no write
 
-    NodeAgentToken.objects.update(last_used_at=first - timedelta(minutes=2))
+    NodeAgentToken.objects.update(last_used_at=first - timedelta(minutes=6))
     bearer(agent_key).get("/api/v1/nodes/")
     assert NodeAgentToken.objects.get().last_used_at > first
 

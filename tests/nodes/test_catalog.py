@@ -1,7 +1,8 @@
-"""The GPU catalog against DESIGN.md section 14, and GFD product-label mapping."""
+"""The GPU catalog against docs/design.md section 14, and GFD product-label mapping."""
 from __future__ import annotations
 
 import ast
+import math
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from nodes.catalog import (
     parse_product,
 )
 
-# DESIGN.md section 14, copied by hand: key, nominal memory GB, FP16 dense TFLOPS, INT8 dense
+# docs/design.md section 14, copied by hand: key, nominal memory GB, FP16 dense TFLOPS, INT8 dense
 # TOPS, TDP W, compute capability, MIG; plus the NVML total in MiB the catalog must carry.
 SECTION_14 = [
     ("A100-SXM4-40GB", 40, 312, 624, 400, (8, 0), True, 40960),
@@ -31,7 +32,7 @@ SECTION_14 = [
     ("V100-SXM2-32GB", 32, 125, None, 300, (7, 0), False, 32768),
 ]
 
-# DESIGN.md section 4, one column per memory size, rows in geometry-table order.
+# docs/design.md section 4, one column per memory size, rows in geometry-table order.
 MIG_NAMES = {
     "A100-SXM4-40GB": ["1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"],
     "A100-SXM4-80GB": ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
@@ -87,17 +88,38 @@ def test_it_gives_each_mig_model_the_profiles_of_section_4(key):
     for profile, (compute, memory_slices, max_count, starts) in zip(model.mig_profiles, GEOMETRY, strict=True):
         assert (profile.compute_slices, profile.memory_slices, profile.max_count) == (compute, memory_slices, max_count)
         assert profile.valid_starts == starts
-        # memory_mib is the profile's share of the board's memory slices.
-        assert profile.memory_mib == memory_slices * model.memory_mib // MIG_MEMORY_SLICES
+        # memory_mib is what NVML reports for an instance: under the profile's share of the
+        # board's memory slices, in NVML's steps of 128 MiB.
+        assert profile.memory_mib < memory_slices * model.memory_mib // MIG_MEMORY_SLICES
+        assert profile.memory_mib % 128 == 0
 
 
-def test_it_sizes_mig_profile_memory_by_the_board_memory():
-    # A100: equal to the nominal size in the name (3g.40gb -> 40 * 1024).
-    assert CATALOG["A100-SXM4-80GB"].mig_profile("3g.40gb").memory_mib == 40960
-    assert CATALOG["A100-SXM4-40GB"].mig_profile("1g.5gb").memory_mib == 5120
-    # H100 reports 81559 MiB, so two 3g.40gb get 4 * 81559 // 8 = 40779 each and fit together.
-    assert CATALOG["H100-SXM5-80GB"].mig_profile("3g.40gb").memory_mib == 40779
-    assert CATALOG["H200-SXM-141GB"].mig_profile("7g.141gb").memory_mib == 143771
+def test_it_gives_mig_profiles_the_instance_memory_nvml_reports():
+    # Measured on an H100 80GB HBM3 (driver 580.159.04), per geometry row.
+    h100 = CATALOG["H100-SXM5-80GB"]
+    assert [p.memory_mib for p in h100.mig_profiles] == [9984, 20096, 20096, 40448, 40448, 81152]
+    assert h100.mig_profile("7g.80gb").memory_mib < h100.memory_mib  # 81152 < 81559: the whole board
+    # NVIDIA's MIG user guide (nvidia-smi mig -lgip, GiB): A100 40GB 4.75 / 9.62 / 19.50 / 39.25,
+    # A100 80GB 9.50 / 19.50 / 39.25 / 79.25.
+    assert [p.memory_mib for p in CATALOG["A100-SXM4-40GB"].mig_profiles] == [4864, 9856, 9856, 19968, 19968, 40192]
+    assert [p.memory_mib for p in CATALOG["A100-SXM4-80GB"].mig_profiles] == [9728, 19968, 19968, 40192, 40192, 81152]
+    # No measurement: the H100 figures scaled by the board, down to a step of 128 MiB:
+    # 81152 * 143771 // 81559 = 143051 -> 142976 (1117 steps).
+    assert CATALOG["H200-SXM-141GB"].mig_profile("7g.141gb").memory_mib == 142976
+
+
+def test_a_model_of_9_8_gb_does_not_fit_an_h100_1g_10gb_instance():
+    needed_mib = math.ceil(9.8 * 1024)  # 10036: how the deploy request sizes memory_gb
+    assert CATALOG["H100-SXM5-80GB"].mig_profile("1g.10gb").memory_mib < needed_mib  # 9984
+    assert CATALOG["H100-SXM5-80GB"].mig_profile("1g.20gb").memory_mib >= needed_mib  # 20096
+
+
+@pytest.mark.parametrize("key", list(MIG_NAMES))
+def test_the_instances_of_a_full_layout_fit_the_board(key):
+    model = CATALOG[key]
+    seven_small = 7 * model.mig_profiles[0].memory_mib
+    two_halves = 2 * model.mig_profiles[3].memory_mib
+    assert max(seven_small, two_halves, model.mig_profiles[5].memory_mib) <= model.memory_mib
 
 
 @pytest.mark.parametrize("key", ["L40S", "L4", "T4", "V100-SXM2-32GB"])

@@ -128,7 +128,7 @@ def test_it_asks_one_instant_query_and_maps_each_gpu_field_by_field(prometheus):
     assert first.temperature_c == 54.0
     assert first.sm_clock_mhz == 1755
     assert first.power_limit_w is None and first.mig_enabled is None
-    assert first.missing == frozenset({"power_limit_w", "mig_enabled"})
+    assert first.missing == frozenset({"power_limit_w", "mig_enabled", "memory_reserved_mib", "processes"})
     assert (readings[1].utilization_pct, readings[1].memory_total_mib, readings[1].power_w) == (88.0, 81559, 655.25)
 
 
@@ -148,7 +148,8 @@ def test_a_metric_without_a_series_or_with_nan_is_missing(prometheus):
     assert reading.utilization_pct == 12.0 and reading.memory_used_mib == 1024
     assert reading.memory_total_mib is None and reading.power_w is None and reading.temperature_c is None
     assert reading.missing == frozenset(
-        {"memory_total_mib", "power_w", "power_limit_w", "temperature_c", "sm_clock_mhz", "mig_enabled"}
+        {"memory_total_mib", "power_w", "power_limit_w", "temperature_c", "sm_clock_mhz", "mig_enabled",
+         "memory_reserved_mib", "processes"}
     )
     assert reading.has_metrics
 

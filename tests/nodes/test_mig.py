@@ -1,6 +1,6 @@
 """MIG geometry: table tests, an exhaustive check against an independent brute force, properties.
 
-The brute force below shares nothing with nodes/mig.py: it has its own copy of the DESIGN.md
+The brute force below shares nothing with nodes/mig.py: it has its own copy of the docs/design.md
 section 4 table and decides validity of every subset of (profile, start) candidates with
 bitmasks, so a wrong rule in mig.py (or in the catalog's profile table) shows up as a difference.
 """
@@ -32,7 +32,7 @@ from nodes.mig import (
 
 MEMORY_SLICES = 8
 COMPUTE_SLICES = 7
-ROWS = [  # DESIGN.md section 4: compute slices, memory slices, max count, valid starts
+ROWS = [  # docs/design.md section 4: compute slices, memory slices, max count, valid starts
     (1, 1, 7, (0, 1, 2, 3, 4, 5, 6)),
     (1, 2, 4, (0, 2, 4, 6)),
     (2, 2, 3, (0, 2, 4)),

@@ -93,7 +93,7 @@ def test_invalid_configs_are_refused_naming_the_field(data, field, message):
 
 
 def test_the_seed_mig_layout_is_refused_with_the_planner_reason():
-    # DESIGN.md section 4: two 3g.40gb take all 8 memory slices, so no 1g.10gb fits beside them.
+    # docs/design.md section 4: two 3g.40gb take all 8 memory slices, so no 1g.10gb fits beside them.
     with pytest.raises(InvalidNodeConfig, match="memory slice") as caught:
         parse_node_config({"mode": "mig", "mig_layout": {"3g.40gb": 2, "1g.10gb": 1}}, model=H100)
     assert caught.value.field == "mig_layout"

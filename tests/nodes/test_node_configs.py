@@ -91,7 +91,7 @@ def test_the_running_config_as_desired_is_not_pending_and_a_repeat_records_nothi
 @pytest.mark.parametrize(
     ("data", "field", "message"),
     [
-        # DESIGN.md section 4: the seed's layout; two 3g.40gb take all 8 memory slices.
+        # docs/design.md section 4: the seed's layout; two 3g.40gb take all 8 memory slices.
         ({"mode": "mig", "mig_layout": {"3g.40gb": 2, "1g.10gb": 1}}, "mig_layout", "memory slice"),
         # An A100-40GB profile on an H100 node.
         ({"mode": "mig", "mig_layout": {"3g.20gb": 2}}, "mig_layout", "3g.20gb"),

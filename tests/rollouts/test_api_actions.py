@@ -36,7 +36,7 @@ def post(client, rollout_id, action):
 
 
 def test_an_operator_starts_pauses_resumes_and_aborts(operator_api, rollout_id):
-    for action, status in [("start", "running"), ("pause", "paused"), ("resume", "running"), ("abort", "failed")]:
+    for action, status in [("start", "running"), ("pause", "paused"), ("resume", "running"), ("abort", "aborted")]:
         response = post(operator_api, rollout_id, action)
         assert response.status_code == 200, response.content
         assert response.json()["status"] == status
@@ -44,7 +44,7 @@ def test_an_operator_starts_pauses_resumes_and_aborts(operator_api, rollout_id):
     verbs = list(AuditEvent.objects.filter(object_type="rollouts.rollingupdate").order_by("pk")
                  .values_list("verb", flat=True))
     assert verbs[-4:] == ["rollingupdate.running", "rollingupdate.paused", "rollingupdate.running",
-                          "rollingupdate.failed"]
+                          "rollingupdate.aborted"]
     assert RollingUpdate.objects.get(pk=rollout_id).finished_at is not None
 
 
@@ -52,8 +52,8 @@ def test_an_operator_starts_pauses_resumes_and_aborts(operator_api, rollout_id):
     ([], "pause", "Cannot pause a rollout that is pending: only a running one."),
     ([], "resume", "Cannot resume a rollout that is pending: only a paused one."),
     (["start"], "start", "Cannot start a rollout that is running: only a pending one."),
-    (["start", "abort"], "resume", "Cannot resume a rollout that is failed: only a paused one."),
-    (["abort"], "abort", "Cannot abort a rollout that is failed: only a pending or running or paused one."),
+    (["start", "abort"], "resume", "Cannot resume a rollout that is aborted: only a paused one."),
+    (["abort"], "abort", "Cannot abort a rollout that is aborted: only a pending or running or paused one."),
 ])
 def test_an_action_the_status_does_not_allow_is_409_with_the_reason(operator_api, rollout_id, first, then, why):
     for action in first:

@@ -151,8 +151,10 @@ def test_a_mig_manager_that_fails_restores_the_node_and_rolls_back_the_nodes_alr
         tick(cluster, clock)
         check()
     assert node_named(cluster, first.node_name).allocatable.get("nvidia.com/mig-3g.40gb") == 2
-    # The mig-parted config goes bad before the second node: its MIG manager reports failed.
-    cluster.set_mig_config(render_mig_parted_entries(MIG_2X3G)[0], BAD_MIG_LAYOUT)
+    # The MIG manager fails to apply the config on the second node (a GPU it cannot reset): it
+    # reports failed. (A config of that name overwritten with another layout never gets this far:
+    # the node waits untouched, test_a_config_someone_changed_keeps_the_next_node_untouched.)
+    cluster.inject_mig_failure(render_mig_parted_entries(MIG_2X3G)[0], "cannot reset GPU 0: in use")
 
     rollout = run(cluster, clock, rollout, check=check)
 
@@ -215,6 +217,32 @@ def test_a_do_not_disrupt_pod_skips_its_node_with_a_reason_and_the_others_succee
                 or e.object_id == str(skipped.pk)]
     assert verbs_of(skipped)[-2:] == ["rolloutnode.restored", "rolloutnode.skipped"]
     assert rollout.progress_percent == 100.0
+
+
+def test_a_config_someone_changed_keeps_the_next_node_untouched_until_it_is_put_right():
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=3, deployments=2, start=EXCLUSIVE, sharing="auto", share_percent=None)
+    rollout = started(cluster, names=["gpu-1", "gpu-2"], config=MIG_2X3G)  # gpuplane writes its configs itself
+    first, second = rollout.nodes.get(batch_index=1), rollout.nodes.get(batch_index=2)
+    while RolloutNode.objects.get(pk=first.pk).state != NodeState.SUCCEEDED:
+        tick(cluster, clock)
+    mig_name, entries = render_mig_parted_entries(MIG_2X3G)
+    cluster.set_mig_config(mig_name, BAD_MIG_LAYOUT)  # someone's hand edit under gpuplane's name
+
+    for _ in range(10):
+        tick(cluster, clock)
+
+    second.refresh_from_db()
+    assert second.state == NodeState.PENDING
+    assert second.reason.startswith("waiting to write the configs it needs before touching the node: ")
+    assert f"another config named {mig_name}" in second.reason and "not overwritten" in second.reason
+    node = node_named(cluster, second.node_name)
+    assert not node.unschedulable and LABEL_MIG_CONFIG_STATE not in node.labels  # never cordoned, never switched
+    assert RollingUpdate.objects.get(pk=rollout.pk).status == RolloutStatus.RUNNING
+
+    cluster.set_mig_config(mig_name, entries)  # put right: the rollout goes on
+    rollout = run(cluster, clock, rollout)
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.message
 
 
 def test_a_bare_pod_skips_its_node_as_kubectl_drain_refuses_it_and_a_replica_set_pod_is_evicted_and_recreated():

@@ -136,7 +136,7 @@ def test_aborting_restores_a_node_part_way_changed(settings):
 
     rollout = act(rollout, "abort", actor="tester", cluster=cluster)
 
-    assert rollout.status == RolloutStatus.FAILED
+    assert rollout.status == RolloutStatus.ABORTED
     assert "restored gpu-1" in rollout.message
     step = rollout.nodes.get()
     assert step.state == NodeState.FAILED and step.reason == "rollout aborted"

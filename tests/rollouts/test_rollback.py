@@ -63,8 +63,8 @@ def test_rollback_undoes_the_changed_nodes_latest_first_and_skips_those_not_star
                                                       NodeState.FAILED, NodeState.SKIPPED]
     assert state[3].reason == "verifying the new config took longer than 30 s"
     assert state[4].reason.startswith(f"not started: the rollout rolls back after {steps[3].node_name} failed")
-    # Rolled back and skipped nodes are done; the failed one is not: 3 of 4.
-    assert rollout.progress_percent == 75.0
+    # Only the skipped node is done (left alone, with its reason); rolled back and failed ones are not: 1 of 4.
+    assert rollout.progress_percent == 25.0
     assert "rolloutnode.labels_switched" not in verbs_of(state[4])
     for node in cluster.list_nodes():  # every node at MPS R=2 again, proven, schedulable
         assert node.labels[LABEL_DEVICE_PLUGIN_CONFIG] == MPS_2_LABEL, node.name

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from nodes.models import GPU
 from nodes.vocabulary import PartitionKind
+from scheduler.choices import PlacementStatus
 from scheduler.models import Deployment, Placement
 from tests.nodes.factories import make_node, make_partition
 
@@ -27,7 +28,7 @@ EXPECTED = {
 
 def _placement(node, name: str, gpu_count: int = 1, replica: int = 0) -> Placement:
     deployment, _ = Deployment.objects.get_or_create(name=name, defaults={"model": name, "memory_mib": 1024, "gpu_count": gpu_count})
-    return Placement.objects.create(deployment=deployment, node=node, replica_index=replica)
+    return Placement.objects.create(deployment=deployment, node=node, replica_index=replica, status=PlacementStatus.RUNNING)
 
 
 def build_cluster() -> None:

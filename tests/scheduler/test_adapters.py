@@ -76,7 +76,7 @@ def test_mig_gpus_list_every_instance_free_or_not(demo):
     assert [(p.mig_profile, p.mig_start, bool(p.occupant)) for p in gpu0.partitions] == [
         ("3g.20gb", 0, True), ("3g.20gb", 4, False)]
     free = gpu0.partitions[1]
-    assert inventory.index.mig_rows[("a100-node-5", 0, free.slot)].memory_mib == 20480
+    assert inventory.index.mig_rows[("a100-node-5", 0, free.slot)].memory_mib == 19968  # NVML's 3g.20gb (19.50 GiB)
 
 
 def test_time_slice_replicas_of_pods_share_what_the_counter_holds(demo):

@@ -148,6 +148,10 @@ def test_list_filters_by_status_and_namespace_and_pages(operator_api, cluster):
     assert {d["name"] for d in placed["results"]} == {"b", "c"}
     team_a = operator_api.get("/api/v1/deployments/?namespace=team-a").json()
     assert [d["status"] for d in team_a["results"]] == ["deleted"]
+    # ?name= is exact (how `gpuplane explain b` finds it); with namespace and status it narrows further.
+    assert [d["name"] for d in operator_api.get("/api/v1/deployments/?name=b").json()["results"]] == ["b"]
+    assert operator_api.get("/api/v1/deployments/?name=B").json()["count"] == 0
+    assert operator_api.get("/api/v1/deployments/?name=a&status=placed").json()["count"] == 0
     page = operator_api.get("/api/v1/deployments/?limit=1&offset=1").json()
     assert page["count"] == 3 and [d["name"] for d in page["results"]] == ["b"] and page["next"]
     assert operator_api.get("/api/v1/deployments/?status=bogus").status_code == 400

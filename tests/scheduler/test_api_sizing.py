@@ -13,7 +13,7 @@ from tests.scheduler.inventory import demo_cluster
 pytestmark = pytest.mark.django_db
 
 # The smallest instance with 8 GB (8192 MiB) of each demo MIG model: an H100-80GB 1g.10gb has
-# 81559 // 8 = 10194 MiB; an A100-40GB 1g.5gb has 5120 (too small), its 2g.10gb 10240.
+# 9984 MiB (as NVML reports it); an A100-40GB 1g.5gb has 4864 (too small), its 2g.10gb 9856.
 SMALLEST_8GB = {"H100-SXM5-80GB": "1g.10gb", "A100-SXM4-40GB": "2g.10gb"}
 
 

@@ -3,7 +3,7 @@
 It stores Kubernetes-shaped JSON objects (Node, Pod, apps/v1 Deployment, policy/v1
 PodDisruptionBudget, the GPU operator's ConfigMaps) and answers `list_nodes` / `list_gpu_pods`
 through `nodes.cluster.parsing`, so the control plane reads it exactly as it reads a real cluster
-(DESIGN.md sections 4, 5, 9). One module per concern:
+(docs/design.md sections 4, 5, 9). One module per concern:
 
 - `backend`: `SimulatedCluster`, the ClusterBackend facade, and the lazy clock that drives the rest;
 - `store`: the state file, one SQLite row per object, shared by web, worker and beat processes;
@@ -14,6 +14,7 @@ through `nodes.cluster.parsing`, so the control plane reads it exactly as it rea
 - `workloads`: Deployments and the ReplicaSet controller (deleted or evicted pods come back);
 - `replica_sets`: the ReplicaSets of other teams' pods, which come back after an eviction too;
 - `eviction`: the Eviction API with PodDisruptionBudgets;
+- `configmaps`: ConfigMaps read and written through the API (the GPU operator's two among them);
 - `device_plugin`: the device plugin's ConfigMap (applies on plugin restart only, a delay after it) and GFD labels;
 - `mig_manager`: mig-parted configs, `nvidia.com/mig.config.state` pending -> success / failed;
 - `gpus`: deterministic GPU and MIG UUIDs, the MIG layout annotation;

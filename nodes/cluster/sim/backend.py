@@ -37,6 +37,7 @@ from nodes.cluster.sim import (
     versions,
     workloads,
 )
+from nodes.cluster.sim.configmaps import ConfigMapAPI
 from nodes.cluster.sim.objects import REMOVED_DELETED, find_node, remove_pod
 from nodes.cluster.sim.store import State, StateFile
 from nodes.cluster.watch_events import node_changes, pod_changes
@@ -58,7 +59,7 @@ _COLLECTIONS = {
 }
 
 
-class SimulatedCluster:
+class SimulatedCluster(ConfigMapAPI):
     """A ClusterBackend over a state file (`store`); see `nodes.cluster.sim` for what it simulates.
 
     `clock` is a callable returning seconds (like `time.time`) or an object with a numeric `now`
@@ -257,25 +258,6 @@ class SimulatedCluster:
         """Flip the node's Ready condition (a kubelet that stops or resumes posting status)."""
         with self._transaction() as state:
             fixtures.set_node_ready(state, self._now(), name, ready)
-
-    def set_device_plugin_config(self, name: str, config: dict[str, Any]) -> None:
-        """Add or replace the named entry of the device plugin ConfigMap.
-
-        `config` is the parsed YAML (`nodes.sharing.device_plugin.device_plugin_config`); an invalid one raises
-        ClusterError, as the plugin would crash-loop on it. Nodes pick it up only on restart.
-        """
-        device_plugin.check_device_plugin_config(name, config)
-        with self._transaction() as state:
-            device_plugin.put_device_plugin_config(state, name, config)
-
-    def set_mig_config(self, name: str, config: list[dict[str, Any]]) -> None:
-        """Add or replace the named mig-parted config the MIG manager can apply.
-
-        Only the shape is checked here (ClusterError when malformed); a layout that does not fit
-        a node's GPUs makes that node's `nvidia.com/mig.config.state` `failed` when applied.
-        """
-        with self._transaction() as state:
-            mig_manager.put_mig_config(state, name, config)
 
     def run_pod(
         self,

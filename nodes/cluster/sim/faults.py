@@ -24,6 +24,8 @@ OPERATIONS = frozenset(
         "delete_workload",
         "workload_ready",
         "restart_device_plugin",
+        "read_configmap",
+        "write_configmap",
     }
 )
 

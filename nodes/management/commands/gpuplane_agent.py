@@ -2,7 +2,9 @@
 
 The node telemetry agent, meant to run as a DaemonSet on every GPU node: reads the node's GPUs
 through NVML every interval and posts them to `POST {server}/api/v1/telemetry/` with a node
-agent token (`manage.py create_agent_token NODE`). See nodes/agent.py for buffering and retries.
+agent token (`manage.py create_agent_token NODE`), after reporting the node's GPUs (UUIDs, MIG
+instances) to `POST {server}/api/v1/nodes/<node>/gpu-report/`, which binds them to the inventory:
+no annotation or other manual step is needed. See nodes/agent/ for reports, buffering and retries.
 
 In a DaemonSet, pass the node name from the downward API (env NODE_NAME from spec.nodeName)
 and the token from a Secret (env GPUPLANE_AGENT_TOKEN); the container needs the NVIDIA runtime.

@@ -1,7 +1,7 @@
 """Score FragmentationGradient (FGD, Weng et al., ATC'23): avoid placements that fragment GPUs.
 
-The measure is ``scheduler.core.fragmentation``'s (DESIGN.md sections 6 and 13), bounded by the
-CPU a node has left (gpuplane's measure; ``cpu_bounded=False`` gives FGD's own), read from the
+The measure is ``scheduler.core.fragmentation``'s (docs/design.md sections 6 and 13), bounded by
+the CPU a node has left (gpuplane's measure; ``cpu_bounded=False`` gives FGD's own), read from the
 snapshot's columns by ``scheduler.core.fragmentation_columns``, which keeps every node's F
 between cycles and recomputes only the nodes that changed. A placement's gradient is evaluated
 on the GPU its assignment would take (``CycleState.gpus``: best fit, or the GPU a PreScore plugin

@@ -16,7 +16,7 @@ _TIMESLICE = MODE_ID[SharingMode.TIMESLICE]
 
 class SharingModeCompat(PreFilterPlugin, FilterPlugin):
     """Pass iff the node's mode offers a partition kind the request accepts and NVIDIA's limits
-    allow it (DESIGN.md section 4):
+    allow it (docs/design.md section 4):
 
     1 "sharing mode not requested": the mode offers none of the accepted kinds
       (an explicit ``sharing: mps`` never lands on a time-sliced node).

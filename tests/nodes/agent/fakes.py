@@ -29,11 +29,18 @@ class TelemetrySink:
 
     `mode`: "ok" (201 {"stored", "duplicates"}), "lose-answer" (store the batch, then close the
     connection without answering, once), or an HTTP status to answer without storing.
+    `refuse(sample) -> (messages, retry) | None` refuses samples one by one, as the API does
+    (207, or 400 when it refused them all). GPU reports (`/api/v1/nodes/<node>/gpu-report/`)
+    are kept in `reports`; `paths` lists every request's path in order.
     """
 
     def __init__(self) -> None:
         self.stored: dict[tuple[str, str], dict[str, Any]] = {}
         self.posts: list[list[dict[str, Any]]] = []  # every batch received, stored or not
+        self.reports: list[list[dict[str, Any]]] = []
+        self.reports_status: int | None = None  # answer GPU reports with this status instead
+        self.paths: list[str] = []
+        self.refuse: Callable[[dict[str, Any]], tuple[dict[str, list[str]], bool] | None] | None = None
         self.mode: str | int = "ok"
         self.headers: dict[str, str] = {}
         self.port = 0
@@ -50,8 +57,20 @@ class TelemetrySink:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if self.path != "/api/v1/telemetry/" or self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                sink.paths.append(self.path)
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     self._answer(401, {"detail": "Invalid agent token."})
+                    return
+                if self.path == f"/api/v1/nodes/{NODE}/gpu-report/":
+                    if sink.reports_status is not None:
+                        self._answer(sink.reports_status, {"detail": "not now"})
+                        return
+                    sink.reports.append(body["gpus"])
+                    self._answer(200, {"changed": True, "revision": len(sink.reports), "bound": [],
+                                       "unknown_indexes": [], "conflicts": []})
+                    return
+                if self.path != "/api/v1/telemetry/":
+                    self._answer(404, {"detail": "Not found."})
                     return
                 samples = body["samples"]
                 sink.posts.append(samples)
@@ -60,8 +79,18 @@ class TelemetrySink:
                     headers = {"Retry-After": "120"} if sink.mode == 429 else {}
                     self._answer(sink.mode, {"samples": ["refused by the test"]}, headers)
                     return
+                refused: dict[str, dict[str, list[str]]] = {}
+                retry = []
+                for index, sample in enumerate(samples):
+                    verdict = sink.refuse(sample) if sink.refuse else None
+                    if verdict is not None:
+                        refused[str(index)], retryable = verdict
+                        if retryable:
+                            retry.append(index)
                 new = 0
-                for sample in samples:
+                for index, sample in enumerate(samples):
+                    if str(index) in refused:
+                        continue
                     key = (sample["gpu_uuid"], sample["ts"])
                     if key not in sink.stored:
                         sink.stored[key] = sample
@@ -71,7 +100,13 @@ class TelemetrySink:
                     self.close_connection = True
                     self.connection.close()  # stored, but the agent never hears of it
                     return
-                self._answer(201, {"stored": new, "duplicates": len(samples) - new})
+                taken = len(samples) - len(refused)
+                if not refused:
+                    self._answer(201, {"stored": new, "duplicates": taken - new})
+                    return
+                self._answer(207 if taken else 400, {
+                    "stored": new, "duplicates": taken - new, "refused": len(refused), "samples": refused, "retry": retry,
+                })
 
             def _answer(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(payload).encode()

@@ -150,7 +150,8 @@ def test_a_gpu_reading_without_metrics_is_not_sent_and_a_driver_outage_does_not_
     sample = next(iter(sink.stored.values()))
     assert sample == {
         "gpu_uuid": "GPU-0", "ts": "2025-03-01T12:00:00+00:00", "utilization_pct": 0.0, "memory_used_mib": 1024,
-        "memory_total_mib": 81559, "power_w": 100.0, "temperature_c": 40.0, "sm_clock_mhz": None,
+        "memory_total_mib": 81559, "memory_reserved_mib": None, "power_w": 100.0, "power_limit_w": 700.0,
+        "temperature_c": 40.0, "sm_clock_mhz": None, "processes": [],
     }
 
 

@@ -74,7 +74,7 @@ def test_a_token_of_another_node_gets_its_batches_dropped_not_retried(live_serve
 
 
 def test_the_command_reads_nvml_once_and_posts(live_server, agent_node, monkeypatch, capsys):
-    from tests.nodes.test_collector_nvml import FakeGPU, FakeNVML
+    from tests.nodes.fake_nvml import FakeGPU, FakeNVML
 
     _, key = agent_node
     fake = FakeNVML([
@@ -95,7 +95,7 @@ def test_the_command_reads_nvml_once_and_posts(live_server, agent_node, monkeypa
 def test_the_command_fails_clearly_without_a_token_or_without_nvml(monkeypatch):
     import pynvml
 
-    from tests.nodes.test_collector_nvml import FakeNVML
+    from tests.nodes.fake_nvml import FakeNVML
 
     monkeypatch.delenv("GPUPLANE_AGENT_TOKEN", raising=False)
     with pytest.raises(CommandError, match="agent token is required"):
@@ -107,11 +107,11 @@ def test_the_command_fails_clearly_without_a_token_or_without_nvml(monkeypatch):
 
 
 def test_the_command_with_once_fails_when_nothing_could_be_delivered(monkeypatch, sink):
-    from tests.nodes.test_collector_nvml import FakeGPU, FakeNVML
+    from tests.nodes.fake_nvml import FakeGPU, FakeNVML
 
     FakeNVML([FakeGPU(uuid="GPU-0", index=0)]).install(monkeypatch)
     sink.stop()
-    monkeypatch.setattr("nodes.agent.DEFAULT_BACKOFF_BASE_S", 0.01)  # keep the three tries short
+    monkeypatch.setattr("nodes.agent.loop.DEFAULT_BACKOFF_BASE_S", 0.01)  # keep the three tries short
 
     with pytest.raises(CommandError, match="not delivered"):
         call_command("gpuplane_agent", "--server", sink.url, "--token", TOKEN, "--node", NODE, "--once")

@@ -103,10 +103,10 @@ def test_it_creates_one_partition_per_mig_device_with_catalog_geometry_and_exclu
         (p.kind, p.slot, p.mig_profile, p.mig_start, p.mig_size, p.share_milli, p.memory_mib, p.mig_device_uuid)
         for p in partitions_of("m1", 0)
     ] == [
-        # share = compute slices * 1000 // 7; memory = memory slices * 81559 // 8 (catalog)
-        ("mig", 0, "3g.40gb", 0, 4, 428, 40779, "MIG-m1-0-0"),
-        ("mig", 1, "2g.20gb", 4, 2, 285, 20389, "MIG-m1-0-4"),
-        ("mig", 2, "2g.20gb", 6, 2, 285, 20389, "MIG-m1-0-6"),
+        # share = compute slices * 1000 // 7; memory = the instance memory NVML reports (catalog)
+        ("mig", 0, "3g.40gb", 0, 4, 428, 40448, "MIG-m1-0-0"),
+        ("mig", 1, "2g.20gb", 4, 2, 285, 20096, "MIG-m1-0-4"),
+        ("mig", 2, "2g.20gb", 6, 2, 285, 20096, "MIG-m1-0-6"),
     ]
     assert [(p.kind, p.share_milli, p.memory_mib) for p in partitions_of("m1", 1)] == [("exclusive", 1000, H100_MIB)]
 

@@ -18,8 +18,13 @@ Eviction subresource, Deployment create / read / scale / delete, pod DELETE). Be
 - The node lifecycle controller: a cordoned node carries the `node.kubernetes.io/unschedulable`
   taint, removed again on uncordon.
 
-Faults: `evictions_refused` answers that many evictions with the PodDisruptionBudget's 429, and
-`plugin_hangs` keeps every new plugin pod from ever starting (so nothing is published).
+- ConfigMaps: read, created (POST) and replaced (PUT, refused with 409 from a stale
+  resourceVersion), `?dryRun=All` checked and not stored; the device plugin reads its named
+  configs from `gpu-operator/gpuplane-device-plugin-configs` as it is when it starts.
+
+Faults: `evictions_refused` answers that many evictions with the PodDisruptionBudget's 429,
+`plugin_hangs` keeps every new plugin pod from ever starting (so nothing is published), and
+`configmap_writes_forbidden` answers ConfigMap writes with RBAC's 403.
 """
 from __future__ import annotations
 
@@ -40,10 +45,12 @@ from nodes.contract import (
     LABEL_SHARING_STRATEGY,
     RESOURCE_GPU,
 )
-from nodes.sharing.device_plugin import validate_device_plugin_config
+from nodes.sharing.configmap import to_yaml
+from nodes.sharing.device_plugin import DEVICE_PLUGIN_CONFIGMAP, validate_device_plugin_config
 from nodes.sharing.node_config import NodeConfig, render_device_plugin_config
 from tests.nodes.kubernetes import api_objects as k8s
 from tests.nodes.kubernetes.fake_api import FakeKubeAPI, RecordedRequest, Reply
+from tests.nodes.kubernetes.fake_configmaps import FakeConfigMaps
 
 PLUGIN_NAMESPACE = "gpu-operator"
 PLUGIN_LABELS = {"app": "nvidia-device-plugin-daemonset"}
@@ -52,9 +59,10 @@ UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoS
 _NODE = r"/api/v1/nodes/(?P<name>[^/]+)"
 _PODS = r"/api/v1/namespaces/(?P<ns>[^/]+)/pods"
 _DEPLOYMENTS = r"/apis/apps/v1/namespaces/(?P<ns>[^/]+)/deployments"
+_CONFIGMAPS = r"/api/v1/namespaces/(?P<ns>[^/]+)/configmaps"
 
 
-class FakeCluster:
+class FakeCluster(FakeConfigMaps):
     """The cluster state behind `kube` (which it serves from then on); see the module docstring."""
 
     def __init__(self, kube: FakeKubeAPI, configs: tuple[NodeConfig, ...]) -> None:
@@ -62,11 +70,17 @@ class FakeCluster:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # "namespace/name" -> Pod
         self.deployments: dict[str, dict[str, Any]] = {}  # "namespace/name" -> Deployment
-        # The ConfigMap of named device plugin configs, in NVIDIA's format.
-        self.plugin_configs = dict(render_device_plugin_config(config) for config in configs)
+        # ConfigMaps by "namespace/name"; the device plugin's, of named configs in NVIDIA's format,
+        # holds `configs` to begin with (what the operator set up).
+        self.configmaps: dict[str, dict[str, Any]] = {}
+        self._versions = count(1000)
+        plugin_data = {name: to_yaml(body) for name, body in (render_device_plugin_config(c) for c in configs)}
+        self._store_configmap({"metadata": {"name": DEVICE_PLUGIN_CONFIGMAP, "namespace": PLUGIN_NAMESPACE},
+                               "data": plugin_data})
         self._names = count(1)
         self.evictions_refused = 0
         self.plugin_hangs = False
+        self.configmap_writes_forbidden = False
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., Reply]]] = [
             ("GET", re.compile(r"/api/v1/nodes"), self._list_nodes),
             ("PATCH", re.compile(_NODE), self._patch_node),
@@ -78,6 +92,9 @@ class FakeCluster:
             ("GET", re.compile(_DEPLOYMENTS + r"/(?P<name>[^/]+)"), self._read_deployment),
             ("PATCH", re.compile(_DEPLOYMENTS + r"/(?P<name>[^/]+)/scale"), self._scale_deployment),
             ("DELETE", re.compile(_DEPLOYMENTS + r"/(?P<name>[^/]+)"), self._delete_deployment),
+            ("GET", re.compile(_CONFIGMAPS + r"/(?P<name>[^/]+)"), self._read_configmap),
+            ("POST", re.compile(_CONFIGMAPS), self._create_configmap),
+            ("PUT", re.compile(_CONFIGMAPS + r"/(?P<name>[^/]+)"), self._replace_configmap),
         ]
         kube.serve(self._answer)
 
@@ -165,10 +182,16 @@ class FakeCluster:
         return key
 
     def _publish(self, node: str) -> None:
-        """GFD and the device plugin advertise the config the node's label names (none: exclusive)."""
+        """GFD and the device plugin advertise the config the node's label names, read from the
+        ConfigMap as it is now (no label: exclusive). A missing config leaves the node as it was,
+        as a crash-looping plugin would."""
         obj = self.nodes[node]
         labels = obj["metadata"]["labels"]
-        config = self.plugin_configs.get(labels.get(LABEL_DEVICE_PLUGIN_CONFIG, ""), {"version": "v1"})
+        wanted = labels.get(LABEL_DEVICE_PLUGIN_CONFIG, "")
+        configs = self._plugin_configs()
+        if wanted and wanted not in configs:
+            return
+        config = configs.get(wanted, {"version": "v1"})
         spec = validate_device_plugin_config(config)
         product = labels[LABEL_GPU_PRODUCT].removesuffix(GPU_PRODUCT_SHARED_SUFFIX)
         labels[LABEL_GPU_PRODUCT] = product + (GPU_PRODUCT_SHARED_SUFFIX if spec.strategy != "none" else "")

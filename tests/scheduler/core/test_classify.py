@@ -1,4 +1,4 @@
-"""Classification: size class, preferred GPU and default share (DESIGN.md section 3)."""
+"""Classification: size class, preferred GPU and default share (docs/design.md section 3)."""
 from __future__ import annotations
 
 import pytest

@@ -94,18 +94,18 @@ def test_partition_compat_for_a_50_percent_request():
     result = scores(PartitionCompat(), _compat_nodes(), request(8), ["exclusive", "mig", "mps-2", "weighted", "slice-2"])
     # 100 x 500 // unit share: whole 1000 -> 50; slot 500 -> 100; weighted share = the request
     # -> 100; a time-slice slot of 500 -> 100, halved (no isolation) -> 50. MIG is sized by
-    # memory: 8 GB takes the 2g.10gb, 100 x 8192 // 10240 = 80.
+    # memory: 8 GB takes the 2g.10gb, 100 x 8192 // 9856 (NVML's instance memory) = 83.
     assert {name: raw for name, (raw, _) in result.items()} == {
-        "exclusive": 50, "mig": 80, "mps-2": 100, "weighted": 100, "slice-2": 50,
+        "exclusive": 50, "mig": 83, "mps-2": 100, "weighted": 100, "slice-2": 50,
     }
 
 
 def test_partition_compat_for_a_25_percent_request():
     result = scores(PartitionCompat(), _compat_nodes(), request(2))
     # 100 x 250 // unit: whole 1000 -> 25; R=2 slot 500 -> 50; R=4 slot 250 -> 100; weighted
-    # 100; slice R=2 50 // 2 = 25. MIG by memory: 2 GB takes the 1g.5gb, 100 x 2048 // 5120 = 40.
+    # 100; slice R=2 50 // 2 = 25. MIG by memory: 2 GB takes the 1g.5gb, 100 x 2048 // 4864 = 42.
     assert {name: raw for name, (raw, _) in result.items()} == {
-        "exclusive": 25, "mig": 40, "mps-2": 50, "mps-4": 100, "weighted": 100, "slice-2": 25,
+        "exclusive": 25, "mig": 42, "mps-2": 50, "mps-4": 100, "weighted": 100, "slice-2": 25,
     }
 
 

@@ -6,17 +6,22 @@ stated ``share_milli`` binds every mode. Memory in these tables is GiB (1 GB = 1
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from nodes.vocabulary import SharingMode
+from nodes.vocabulary import PartitionKind, SharingMode
 from scheduler.core import ClusterSnapshot, NodeState, PlacementRequest, scheduler_for
+from scheduler.core.assignment import assign
 from scheduler.core.decision import ScheduleResult
+from scheduler.core.fit import build_need, chosen_gpus, evaluate_fit
+from scheduler.core.node_columns import KINDS
 from scheduler.core.types import Priority, SharingRequest, WorkloadType
 from tests.scheduler.core.builders import A100, H100, make_node, occupy, request
 
-# A100-40GB profiles (MiB): 1g.5gb 5120, 1g.10gb 10240, 2g.10gb 10240, 3g.20gb 20480, 4g.20gb 20480.
+# Instance memory as NVML reports it (nodes.catalog), MiB.
+# A100-40GB: 1g.5gb 4864, 1g.10gb 9856, 2g.10gb 9856, 3g.20gb 19968, 4g.20gb 19968.
 A100_LAYOUT = {"1g.5gb": 1, "2g.10gb": 1, "3g.20gb": 1}
-# H100-80GB (81559 MiB): 1g.10gb 10194, 1g.20gb 20389, 2g.20gb 20389, 3g.40gb 40779, 4g.40gb 40779.
+# H100-80GB (81559 MiB board): 1g.10gb 9984, 1g.20gb 20096, 2g.20gb 20096, 3g.40gb 40448, 4g.40gb 40448.
 H100_LAYOUT = {"1g.10gb": 1, "2g.20gb": 1, "4g.40gb": 1}
 
 
@@ -32,15 +37,18 @@ def _mig(model: str, layout: dict[str, int]) -> NodeState:
     ("model", "layout", "memory_gib", "profile"),
     [
         # A100-40GB: the smallest instance whose memory fits, whatever the class's share.
-        (A100, A100_LAYOUT, 2, "1g.5gb"),  # tiny: 2048 <= 5120
-        (A100, A100_LAYOUT, 8, "2g.10gb"),  # medium: 8192 > 5120, <= 10240
-        (A100, A100_LAYOUT, 16, "3g.20gb"),  # 16384 <= 20480 (the old 50 % rule refused 3g: 428 < 500)
+        (A100, A100_LAYOUT, 2, "1g.5gb"),  # tiny: 2048 <= 4864
+        (A100, A100_LAYOUT, 8, "2g.10gb"),  # medium: 8192 > 4864, <= 9856
+        (A100, A100_LAYOUT, 16, "3g.20gb"),  # 16384 <= 19968 (the old 50 % rule refused 3g: 428 < 500)
         (A100, {"3g.20gb": 2}, 8, "3g.20gb"),  # only 3g instances free: 8 GB fits one
         (A100, {"1g.10gb": 1, "4g.20gb": 1}, 8, "1g.10gb"),  # 1 compute slice is enough for 8 GB
         # H100-80GB: the issue's example, 8 GB took a 4g.40gb while 1g.10gb and 2g.20gb were free.
-        (H100, H100_LAYOUT, 8, "1g.10gb"),  # 8192 <= 10194
-        (H100, H100_LAYOUT, 12, "2g.20gb"),  # 12288 > 10194, <= 20389
-        (H100, H100_LAYOUT, 30, "4g.40gb"),  # large, explicit mig: 30720 <= 40779
+        (H100, H100_LAYOUT, 8, "1g.10gb"),  # 8192 <= 9984
+        (H100, H100_LAYOUT, 12, "2g.20gb"),  # 12288 > 9984, <= 20096
+        # 9.8 GB is 9.8 * 1024 = 10035 MiB: more than a real 1g.10gb holds (9984), though less
+        # than the profile's share of the board (81559 // 8 = 10194) that the catalog once said.
+        (H100, H100_LAYOUT, 9.8, "2g.20gb"),
+        (H100, H100_LAYOUT, 30, "4g.40gb"),  # large, explicit mig: 30720 <= 40448
         (H100, {"1g.20gb": 1, "2g.20gb": 1, "3g.40gb": 1}, 12, "1g.20gb"),  # 1g.20gb before 2g.20gb
     ],
 )
@@ -181,3 +189,19 @@ def test_the_decision_data_carries_the_rule_and_the_share_basis():
     assert data["need"]["sizing"]["basis"] == "default"  # type: ignore[index]
     assert data["need"]["sizing"]["min_share_milli"]["mig"] == 0  # type: ignore[index]
     assert data["need"]["sizing"]["min_share_milli"]["mps"] == 500  # type: ignore[index]
+
+
+def test_a_whole_gpu_comes_before_a_free_7g_instance_that_holds_less_memory():
+    """A 7g.80gb holds 81,152 MiB, the board 81,559: the vectorized fit must still pick the whole
+    GPU as the Python assignment does (a MIG instance only when it is less than a whole GPU)."""
+    node = make_node("mig", H100, SharingMode.MIG, gpus=2, mig={"7g.80gb": 1}, mig_gpus=1)
+    snapshot = ClusterSnapshot([node])
+    req = request(8)
+    need = build_need(req)
+
+    fit = evaluate_fit(snapshot, need, np.arange(1))
+    result = assign(node, need, req.key, snapshot.models.mig_profiles[snapshot.model_id[0]])
+
+    assert result is not None and result.kind == PartitionKind.EXCLUSIVE and result.gpu_indexes == (1,)
+    assert KINDS[fit.kind[0]] == PartitionKind.EXCLUSIVE
+    assert node.gpus[chosen_gpus(snapshot, need, fit)[0]].index == 1

@@ -14,7 +14,7 @@ from nodes.catalog import CATALOG
 @pytest.fixture(autouse=True)
 def _catalog_restored():
     # Profile replays register stand-ins for the trace's GPU models (bench/trace_profiles.py);
-    # they must not leak into later tests, which check the catalog is exactly DESIGN.md's.
+    # they must not leak into later tests, which check the catalog is exactly docs/design.md's.
     before = dict(CATALOG)
     yield
     CATALOG.clear()

@@ -89,7 +89,7 @@ def test_field_errors_are_shown_and_nothing_is_stored(operator_client, demo):
     assert form.errors["name"] == [
         "Enter a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit."
     ]
-    assert form.errors["memory_gb"] == ["Enter a number of GB greater than 0 and at most 4096."]
+    assert form.errors["memory_gb"] == ["Enter a number of GB from 1/1024 (1 MiB) to 4096."]
     assert form.errors["gpu_count"] == ["Enter a whole number."]
     assert form.errors["labels"] == ["Line 2: write one label a line as key=value."]
     body = response.content.decode()

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler', '0008_snapshot_change_log'),
+        ('scheduler', '0009_deployment_container'),
     ]
 
     operations = [

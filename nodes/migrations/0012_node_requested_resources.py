@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('nodes', '0009_gpusample_partitioned'),
+        ('nodes', '0011_node_gpu_report'),
     ]
 
     operations = [
