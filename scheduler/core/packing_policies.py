@@ -3,7 +3,7 @@
 Every policy filters with ``PackingCluster.fits`` and scores with the functions of
 ``scheduler.core.packing``; the highest score wins and ties go to the earliest row.
 
-These are the trace replay's baselines (DESIGN.md section 13), the reference simulator's
+These are the trace replay's baselines (docs/design.md section 13), the reference simulator's
 policies as the FGD paper measured them. gpuplane's own rule is not here: it is the API's
 profiles (``scheduler.core.profiles``: FragmentationGradient over the CPU-bounded measure and
 SharingPlan), which the replay runs through ``Scheduler.schedule`` (``bench/trace_profiles.py``);

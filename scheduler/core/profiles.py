@@ -42,7 +42,7 @@ BALANCED: dict[str, Any] = {
     "name": "balanced",
     "filters": list(DEFAULT_FILTERS),
     "scores": {
-        # The seed's weights (DESIGN.md section 3), in the same proportions.
+        # The seed's weights (docs/design.md section 3), in the same proportions.
         "PowerEfficiency": 0.30,
         "WorkloadAffinity": 0.25,
         "LeastUtilized": 0.20,
