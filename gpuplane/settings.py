@@ -319,23 +319,54 @@ CONSOLIDATION_MOVES_PER_DEPLOYMENT = env_int("GPUPLANE_CONSOLIDATION_MOVES_PER_D
 CONSOLIDATION_EXECUTE_INTERVAL_S = env_int("GPUPLANE_CONSOLIDATION_EXECUTE_INTERVAL_S", 5, minimum=1)
 CONSOLIDATION_MOVE_TIMEOUT_S = env_int("GPUPLANE_CONSOLIDATION_MOVE_TIMEOUT_S", 600, minimum=10)
 
-def _every(task: str, seconds: float) -> dict[str, Any]:
-    """A beat entry running ``task`` every ``seconds``; a run that has not started before the
-    next one is due is pointless, so it expires then (0.9 of the interval)."""
-    return {"task": task, "schedule": float(seconds), "options": {"expires": seconds * 0.9}}
-
-
 CELERY_BEAT_SCHEDULE = {
-    "analyse-consolidation": _every("consolidation.tasks.analyse_consolidation_task", CONSOLIDATION_INTERVAL_S),
-    "execute-consolidations": _every("consolidation.tasks.execute_consolidations_task", CONSOLIDATION_EXECUTE_INTERVAL_S),
-    "reconcile-rollouts": _every("rollouts.tasks.reconcile_rollouts_task", ROLLOUT_RECONCILE_INTERVAL_S),
-    "sync-inventory": _every("nodes.tasks.sync_inventory_task", INVENTORY_SYNC_INTERVAL_S),
-    "poll-metrics": _every("nodes.tasks.poll_metrics_task", TELEMETRY_POLL_INTERVAL_S),
-    "rollup-telemetry": _every("nodes.tasks.rollup_telemetry_task", 300),
+    "analyse-consolidation": {
+        "task": "consolidation.tasks.analyse_consolidation_task",
+        "schedule": float(CONSOLIDATION_INTERVAL_S),
+        "options": {"expires": CONSOLIDATION_INTERVAL_S * 0.9},
+    },
+    "execute-consolidations": {
+        "task": "consolidation.tasks.execute_consolidations_task",
+        "schedule": float(CONSOLIDATION_EXECUTE_INTERVAL_S),
+        "options": {"expires": CONSOLIDATION_EXECUTE_INTERVAL_S * 0.9},
+    },
+    "reconcile-rollouts": {
+        "task": "rollouts.tasks.reconcile_rollouts_task",
+        "schedule": float(ROLLOUT_RECONCILE_INTERVAL_S),
+        "options": {"expires": ROLLOUT_RECONCILE_INTERVAL_S * 0.9},
+    },
+    "sync-inventory": {
+        "task": "nodes.tasks.sync_inventory_task",
+        "schedule": float(INVENTORY_SYNC_INTERVAL_S),
+        # A sync that has not started before the next one is due is pointless.
+        "options": {"expires": INVENTORY_SYNC_INTERVAL_S * 0.9},
+    },
+    "poll-metrics": {
+        "task": "nodes.tasks.poll_metrics_task",
+        "schedule": float(TELEMETRY_POLL_INTERVAL_S),
+        "options": {"expires": TELEMETRY_POLL_INTERVAL_S * 0.9},
+    },
+    "rollup-telemetry": {
+        "task": "nodes.tasks.rollup_telemetry_task",
+        "schedule": 300.0,
+        "options": {"expires": 270.0},
+    },
     # The watch task's safety net: deployments whose watch was never enqueued or gave up.
-    "sweep-deployments": _every("scheduler.tasks.sweep_deployments_task", 30),
-    "refresh-workload-mix": _every("scheduler.tasks.refresh_workload_mix_task", WORKLOAD_MIX_INTERVAL_S),
-    "record-savings": _every("savings.tasks.record_savings_task", SAVINGS_SAMPLE_INTERVAL_S),
+    "sweep-deployments": {
+        "task": "scheduler.tasks.sweep_deployments_task",
+        "schedule": 30.0,
+        "options": {"expires": 27.0},
+    },
+    "refresh-workload-mix": {
+        "task": "scheduler.tasks.refresh_workload_mix_task",
+        "schedule": float(WORKLOAD_MIX_INTERVAL_S),
+        "options": {"expires": WORKLOAD_MIX_INTERVAL_S * 0.9},
+    },
+    "record-savings": {
+        "task": "savings.tasks.record_savings_task",
+        "schedule": float(SAVINGS_SAMPLE_INTERVAL_S),
+        "options": {"expires": SAVINGS_SAMPLE_INTERVAL_S * 0.9},
+    },
 }
 
 # --- HTTPS (docs/install.md): on by default in production, off for `make run` over plain http.
