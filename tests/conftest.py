@@ -95,10 +95,12 @@ def fast_password_hashing(settings):
 @pytest.fixture(autouse=True)
 def fresh_workload_mix():
     """The observed workload mix lives in the shared cache (scheduler.services.workload_mix)."""
-    from django.core.cache import cache
+    from django.core.cache import caches
 
     from scheduler.services.workload_mix import CACHE_KEY
 
+    # The backend of now: a test may point CACHES at something else until its settings unwind.
+    cache = caches["default"]
     cache.delete(CACHE_KEY)
     yield
     cache.delete(CACHE_KEY)
