@@ -154,6 +154,13 @@ GPUPLANE_SIMULATED_STATE = env_str("GPUPLANE_SIMULATED_STATE", str(VAR_DIR / "si
 GPUPLANE_KUBECONFIG = env_str("GPUPLANE_KUBECONFIG", "")
 # Where the NVIDIA device plugin DaemonSet runs (the GPU operator's namespace by default).
 GPUPLANE_DEVICE_PLUGIN_NAMESPACE = env_str("GPUPLANE_DEVICE_PLUGIN_NAMESPACE", "gpu-operator")
+# Node agents prove their node with a projected token of this ServiceAccount of gpuplane's namespace,
+# issued for this audience, checked by the TokenReview API (nodes/agent_identity.py); a review is
+# trusted for GPUPLANE_AGENT_REVIEW_TTL_S (Kubernetes' own webhook token cache: 2 minutes).
+GPUPLANE_NAMESPACE = env_str("GPUPLANE_NAMESPACE", "gpuplane")
+GPUPLANE_AGENT_SERVICE_ACCOUNT = env_str("GPUPLANE_AGENT_SERVICE_ACCOUNT", "gpuplane-agent")
+GPUPLANE_AGENT_TOKEN_AUDIENCE = env_str("GPUPLANE_AGENT_TOKEN_AUDIENCE", "gpuplane")
+GPUPLANE_AGENT_REVIEW_TTL_S = env_int("GPUPLANE_AGENT_REVIEW_TTL_S", 120, minimum=0)
 
 # --- Cache (locks such as the sync overlap guard must be seen by every worker process) --------
 REDIS_URL = env_str("REDIS_URL", "")

@@ -1,12 +1,17 @@
-"""Node agent tokens: how a node's telemetry agent proves which node it speaks for.
+"""How a node's telemetry agent proves which node it speaks for: two `Authorization: Bearer` credentials.
 
-An agent sends `Authorization: Bearer <key>`. (User API tokens keep DRF's `Authorization: Token
-<key>`; the two keywords never collide, so both work side by side on every endpoint.) The key is
-made by `manage.py create_agent_token NODE`, shown once, and stored only as its SHA-256 digest.
+1. Its projected ServiceAccount token (`ServiceAccountTokenAuthentication`): the default in a
+   cluster, no manual step. Kubernetes says which node it is bound to (`nodes.agent_identity`).
+2. A node agent key (`NodeAgentTokenAuthentication`), the fallback (`make run`, clusters older
+   than Kubernetes 1.30): made by `manage.py create_agent_token NODE`, shown once, stored only as
+   its SHA-256 digest (`NodeAgentToken`).
 
-A valid key authenticates the request as a `NodeAgent` principal: authenticated, but holding no
-role, so gpuplane.roles.RolePermission refuses it everywhere (403). Only the telemetry endpoint
-admits it, and only for the token's own node. An unknown or revoked key is a 401.
+A ServiceAccount token is a JWT (two dots); a key has no dot, which tells them apart. (User API
+tokens keep DRF's `Authorization: Token <key>`; the keywords never collide.) Either authenticates
+the request as a `NodeAgent` principal: authenticated, but holding no role, so
+gpuplane.roles.RolePermission refuses it everywhere (403). Only the telemetry and GPU report
+endpoints admit it, and only for its own node (403 for another). A key that is unknown or revoked,
+or a token the cluster does not vouch for as the agent's, is a 401.
 """
 from __future__ import annotations
 
@@ -20,6 +25,9 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
+
+from nodes.agent_identity import AgentIdentity, NotAnAgent, identify_agent, looks_like_jwt
+from nodes.cluster.base import ClusterError
 
 if TYPE_CHECKING:
     from nodes.models import Node, NodeAgentToken
@@ -49,7 +57,11 @@ def issue_agent_token(node: Node) -> tuple[NodeAgentToken, str]:
 
 
 class NodeAgent:
-    """Who a request made with an agent token is: authenticated, tied to one node, no role.
+    """Who a request made with an agent credential is: authenticated, tied to one node, no role.
+
+    `node` is the inventory's row of `node_name`, None when the inventory has no such node yet
+    (a ServiceAccount token names a node Kubernetes knows; the endpoint then answers as for an
+    unknown node).
 
     Shaped like django.contrib.auth's AnonymousUser (empty groups and permissions) so that code
     asking a user for its role or permissions gets "none", except that it is authenticated.
@@ -63,10 +75,10 @@ class NodeAgent:
     pk = None
     id = None
 
-    def __init__(self, token: NodeAgentToken) -> None:
-        self.token = token
-        self.node = token.node
-        self.username = f"agent:{self.node.name}"
+    def __init__(self, node_name: str, node: Node | None = None) -> None:
+        self.node_name = node_name
+        self.node = node
+        self.username = f"agent:{node_name}"
 
     def __str__(self) -> str:
         return self.username
@@ -96,6 +108,19 @@ class NodeAgent:
 
     def has_module_perms(self, app_label: str) -> bool:
         return False
+
+
+def _bearer_key(request: Request) -> str | None:
+    """The value of `Authorization: Bearer <value>`; None for another scheme; 401 when malformed."""
+    parts = get_authorization_header(request).split()
+    if not parts or parts[0].lower() != KEYWORD.lower().encode():
+        return None
+    if len(parts) != 2:
+        raise exceptions.AuthenticationFailed("Invalid Bearer header: expected 'Bearer <agent key>'.")
+    try:
+        return parts[1].decode("ascii")
+    except UnicodeError as exc:
+        raise exceptions.AuthenticationFailed("Invalid Bearer header: the key must be ASCII.") from exc
 
 
 def find_token(digest: str) -> NodeAgentToken | None:
@@ -144,16 +169,9 @@ class NodeAgentTokenAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[NodeAgent, NodeAgentToken] | None:
         from nodes.models import NodeAgentToken
 
-        parts = get_authorization_header(request).split()
-        if not parts or parts[0].lower() != KEYWORD.lower().encode():
+        key = _bearer_key(request)
+        if key is None:
             return None
-        if len(parts) != 2:
-            raise exceptions.AuthenticationFailed("Invalid Bearer header: expected 'Bearer <agent key>'.")
-        try:
-            key = parts[1].decode("ascii")
-        except UnicodeError as exc:
-            raise exceptions.AuthenticationFailed("Invalid Bearer header: the key must be ASCII.") from exc
-
         token = find_token(digest_key(key))
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid agent token.")
@@ -163,10 +181,78 @@ class NodeAgentTokenAuthentication(BaseAuthentication):
         if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
             NodeAgentToken.objects.filter(pk=token.pk).update(last_used_at=now)
             token.last_used_at = now
-        return NodeAgent(token), token
+        return NodeAgent(token.node.name, token.node), token
 
     def authenticate_header(self, request: Request) -> str:
         return f'{KEYWORD} realm="gpuplane-agent"'
+
+
+def find_node(name: str) -> Node | None:
+    """The inventory's node `name` (only `id` and `name` loaded), or None; one query, in plain SQL
+    for the reason `find_token` gives."""
+    from django.db import connection
+
+    from nodes.models import Node
+
+    meta, quote = Node._meta, connection.ops.quote_name
+    sql = (f"SELECT {quote(meta.pk.column)} FROM {quote(meta.db_table)} "
+           f"WHERE {quote(meta.get_field('name').column)} = %s")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [name])
+        row = cursor.fetchone()
+    return None if row is None else Node.from_db(connection.alias, ["id", "name"], (row[0], name))
+
+
+class ReviewUnavailable(exceptions.APIException):
+    """The cluster could not be asked about a token: 503, which an agent sends again later."""
+
+    status_code = 503
+    default_detail = "The agent's token cannot be checked with the cluster now."
+    default_code = "review_unavailable"
+
+
+class ServiceAccountTokenAuthentication(BaseAuthentication):
+    """`Authorization: Bearer <projected ServiceAccount token>` -> (NodeAgent, AgentIdentity).
+
+    Returns None for any other header and for a bearer value that is not a JWT (an agent key:
+    NodeAgentTokenAuthentication's), so it goes first on the endpoints agents post to. A token
+    the cluster does not vouch for as the agent's of some node (`nodes.agent_identity`): 401.
+    The cluster unreachable: 503.
+    """
+
+    def authenticate(self, request: Request) -> tuple[NodeAgent, AgentIdentity] | None:
+        key = _bearer_key(request)
+        if key is None or not looks_like_jwt(key):
+            return None
+        try:
+            identity = identify_agent(key)
+        except NotAnAgent as exc:
+            raise exceptions.AuthenticationFailed(str(exc)) from None
+        except ClusterError as exc:
+            raise ReviewUnavailable(f"The agent's token cannot be checked with the cluster now: {exc}") from None
+        return NodeAgent(identity.node_name, find_node(identity.node_name)), identity
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'{KEYWORD} realm="gpuplane-agent"'
+
+
+class ServiceAccountTokenScheme(OpenApiAuthenticationExtension):
+    """Documents the agents' ServiceAccount tokens, on the operations that accept them only."""
+
+    target_class = "nodes.authentication.ServiceAccountTokenAuthentication"
+    name = "agentServiceAccountAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "JWT",
+            "description": (
+                "The node agent's projected ServiceAccount token (audience `gpuplane`, bound to its pod), "
+                "checked by the cluster's TokenReview API; its node's telemetry and GPU report only."
+            ),
+        }
+
 
 
 class NodeAgentTokenScheme(OpenApiAuthenticationExtension):

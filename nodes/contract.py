@@ -74,4 +74,11 @@ ENV_MPS_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 ENV_MPS_MEMORY_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 ENV_MODEL_NAME = "MODEL_NAME"  # gpuplane's workloads: the model they serve
 ENV_AGENT_TOKEN = "GPUPLANE_AGENT_TOKEN"  # node agent: its bearer key
+ENV_AGENT_TOKEN_FILE = "GPUPLANE_AGENT_TOKEN_FILE"  # node agent: its projected ServiceAccount token
 ENV_NODE_NAME = "NODE_NAME"  # node agent: the node it reports for (downward API)
+
+# ---- Kubernetes' authentication -------------------------------------------------------------------
+# Who a ServiceAccount token belongs to, as the TokenReview API names it.
+SERVICE_ACCOUNT_USER = "system:serviceaccount:{namespace}:{name}"
+# In a pod-bound token's TokenReview (Kubernetes >= 1.30, ServiceAccountTokenPodNodeInfo): its pod's node.
+EXTRA_NODE_NAME = "authentication.kubernetes.io/node-name"

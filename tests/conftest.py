@@ -107,6 +107,16 @@ def fresh_workload_mix():
 
 
 @pytest.fixture(autouse=True)
+def fresh_agent_reviews():
+    """Node agents' token reviews are cached per process (nodes.agent_identity)."""
+    from nodes.agent_identity import REVIEWS
+
+    REVIEWS.clear()
+    yield
+    REVIEWS.clear()
+
+
+@pytest.fixture(autouse=True)
 def isolated_cluster_state(tmp_path, settings):
     """Every test gets its own simulated-cluster state file."""
     settings.GPUPLANE_SIMULATED_STATE = str(tmp_path / "simulated-cluster.json")

@@ -1,4 +1,7 @@
-"""The node agent's one HTTP verb: POST a JSON body to the gpuplane API with its bearer key.
+"""The node agent's one HTTP verb: POST a JSON body to the gpuplane API with its bearer credential.
+
+The credential is a fixed node agent key, or a `TokenFile`: the projected ServiceAccount token
+the kubelet keeps fresh in a file (it rewrites it before it expires), read again for every request.
 
 Every answer is sorted into what the agent does next (`PostResult.outcome`):
 
@@ -16,7 +19,9 @@ import http.client
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -31,13 +36,35 @@ class PostResult:
     retry_after_s: float | None = None
 
 
-def post_json(url: str, token: str, payload: Any, timeout_s: float) -> PostResult:
-    """POST `payload` as JSON with `Authorization: Bearer <token>`; the answer sorted (module docstring)."""
+class TokenFile:
+    """A bearer token kept in a file by someone else (the kubelet): each call reads it anew."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __call__(self) -> str:
+        """The token, without surrounding whitespace; OSError when the file cannot be read."""
+        return self.path.read_text().strip()
+
+    def __repr__(self) -> str:
+        return f"TokenFile({str(self.path)!r})"
+
+
+Credential = str | Callable[[], str]
+
+
+def post_json(url: str, token: Credential, payload: Any, timeout_s: float) -> PostResult:
+    """POST `payload` as JSON with `Authorization: Bearer <token>` (a callable token is called for
+    its current value; one that cannot be read makes the post "retry"); the answer sorted (module docstring)."""
+    try:
+        bearer = token() if callable(token) else token
+    except OSError as exc:
+        return PostResult("retry", None, f"cannot read the agent's token: {exc}")
     request = urllib.request.Request(
         url,
         data=json.dumps(payload).encode(),
         method="POST",
-        headers={"Content-Type": "application/json", "Accept": "application/json", "Authorization": f"Bearer {token}"},
+        headers={"Content-Type": "application/json", "Accept": "application/json", "Authorization": f"Bearer {bearer}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:

@@ -4,7 +4,8 @@ Every `interval_s` it reads the node's GPUs (NVML), reports them to the server w
 (`nodes.agent.report`: before the first telemetry, whenever what it reads changes, and when the
 server does not know a GPU), appends the samples to a bounded in-memory buffer and posts the
 buffer to the server in batches (`POST {server}/api/v1/telemetry/`, `Authorization: Bearer
-<agent token>`, body `{"node": NAME, "samples": [...]}`).
+<agent token>`, body `{"node": NAME, "samples": [...]}`). The token is a node agent key, or its
+projected ServiceAccount token's file, read again for every post (`nodes.agent.http.TokenFile`).
 
 Delivery rules, which together give "every good sample exactly once" while the buffer does not
 overflow:
@@ -43,7 +44,7 @@ from dataclasses import asdict, dataclass
 from itertools import islice
 from typing import Any
 
-from nodes.agent.http import PostResult, post_json
+from nodes.agent.http import Credential, PostResult, post_json
 from nodes.agent.report import gpu_report
 from nodes.collectors.base import Collector, CollectorUnavailable, GPUReading
 
@@ -100,7 +101,7 @@ class TelemetryAgent:
     def __init__(
         self,
         server_url: str,
-        token: str,
+        token: Credential,
         node_name: str,
         collector: Collector,
         *,

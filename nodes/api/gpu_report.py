@@ -34,10 +34,10 @@ from gpuplane.roles import OPERATOR, VIEWER, has_role
 from gpuplane.strict_input import RejectUnknownFieldsMixin, StrictQueryParametersMixin
 from gpuplane.tokens import APITokenAuthentication
 from nodes.api.telemetry_schema import StrictIntegerField
-from nodes.authentication import NodeAgentTokenAuthentication
+from nodes.authentication import NodeAgent, NodeAgentTokenAuthentication, ServiceAccountTokenAuthentication
 from nodes.catalog import MIG_MEMORY_SLICES
 from nodes.inventory.agent_reports import record_gpu_report
-from nodes.models import Node, NodeAgentToken, NodeGPUReport
+from nodes.models import Node, NodeGPUReport
 from nodes.tasks import sync_inventory_task
 from nodes.telemetry.batch import GPU_UUID_MAX_CHARS
 from nodes.telemetry.samples import MAX_INT32
@@ -129,12 +129,12 @@ class StoredGPUReportSerializer(serializers.ModelSerializer):
 
 
 class CanReportGPUs(BasePermission):
-    """GET: the viewer role. POST: the node's own agent token, or the operator role."""
+    """GET: the viewer role. POST: the node's own agent (token or key), or the operator role."""
 
     message = "Reporting GPUs needs this node's agent token or the operator role."
 
     def has_permission(self, request: Request, view: APIView) -> bool:
-        if isinstance(request.auth, NodeAgentToken):
+        if isinstance(request.user, NodeAgent):
             return request.method not in SAFE_METHODS
         user = request.user
         if not user or not user.is_authenticated:
@@ -154,7 +154,9 @@ def _queue_sync() -> None:
 class GPUReportView(StrictQueryParametersMixin, APIView):
     """A node's GPUs as its agent read them from NVML."""
 
-    authentication_classes = [NodeAgentTokenAuthentication, APITokenAuthentication, SessionAuthentication]
+    authentication_classes = [
+        ServiceAccountTokenAuthentication, NodeAgentTokenAuthentication, APITokenAuthentication, SessionAuthentication,
+    ]
     permission_classes = [CanReportGPUs]
     parser_classes = [LimitedJSONParser]
     accepts_agent_tokens = True  # read by nodes.authentication.NodeAgentTokenScheme
@@ -171,16 +173,18 @@ class GPUReportView(StrictQueryParametersMixin, APIView):
         responses={
             200: GPUReportOutcomeSerializer,
             400: OpenApiResponse(description="Messages per field, per GPU index of the list."),
-            401: OpenApiResponse(description="No credentials, or an unknown or revoked agent token."),
-            403: OpenApiResponse(description="An agent token of another node, or a user below the operator role."),
+            401: OpenApiResponse(description="No credentials, an unknown or revoked agent key, or a token the "
+                                             "cluster does not vouch for as the node agent's."),
+            403: OpenApiResponse(description="An agent of another node, or a user below the operator role."),
             404: OpenApiResponse(description="No such node in the inventory."),
+            503: OpenApiResponse(description="The agent's ServiceAccount token cannot be checked with the cluster now."),
         },
     )
     def post(self, request: Request, name: str) -> Response:
-        token = request.auth if isinstance(request.auth, NodeAgentToken) else None
-        if token is not None and token.node.name != name:
-            raise exceptions.PermissionDenied(f"This agent token may only report the GPUs of node {token.node.name!r}.")
-        node = token.node if token is not None else get_object_or_404(Node, name=name)
+        agent = request.user if isinstance(request.user, NodeAgent) else None
+        if agent is not None and agent.node_name != name:
+            raise exceptions.PermissionDenied(f"This agent token may only report the GPUs of node {agent.node_name!r}.")
+        node = agent.node if agent is not None and agent.node is not None else get_object_or_404(Node, name=name)
         serializer = GPUReportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         outcome = record_gpu_report(node, serializer.validated_data["gpus"], actor=str(request.user))

@@ -29,11 +29,13 @@ Answers:
 - 400: the batch as a whole is malformed (not an object, `node` missing or unknown, `samples`
   not a list or longer than TELEMETRY_MAX_BATCH), or every sample was refused (the body is then
   the 207's, with `stored` 0): nothing was stored.
-- 401 without credentials or with an unknown or revoked agent token; 403 for an agent token of
-  another node, or a user below the operator role.
+- 401 without credentials, with an unknown or revoked agent key, or with a ServiceAccount token
+  the cluster does not vouch for as the node agent's; 403 for an agent of another node, or a user
+  below the operator role; 503 when the cluster cannot be asked about a token now.
 
-Who may post: a node agent token (`Authorization: Bearer <key>`) for its own node; a user with
-the operator role (token or session) for any node.
+Who may post: a node agent for its own node, with its projected ServiceAccount token or a node
+agent key (`Authorization: Bearer <token or key>`, nodes.authentication); a user with the
+operator role (token or session) for any node.
 """
 from __future__ import annotations
 
@@ -54,15 +56,15 @@ from gpuplane.roles import OPERATOR, has_role
 from gpuplane.strict_input import StrictQueryParametersMixin
 from gpuplane.tokens import APITokenAuthentication
 from nodes.api.telemetry_schema import IngestPartialSerializer, IngestResultSerializer, TelemetryBatchSerializer
-from nodes.authentication import NodeAgentTokenAuthentication
-from nodes.models import Node, NodeAgentToken
+from nodes.authentication import NodeAgent, NodeAgentTokenAuthentication, ServiceAccountTokenAuthentication
+from nodes.models import Node
 from nodes.telemetry.batch import BatchRefused, parse_envelope, parse_samples
 from nodes.telemetry.ingest import IngestResult, ingest_samples
 from nodes.telemetry.validation import TelemetryRejected
 
 
-def agent_refusal(node: Node) -> str:
-    return f"This agent token may only post telemetry for node {node.name!r}."
+def agent_refusal(node_name: str) -> str:
+    return f"This agent token may only post telemetry for node {node_name!r}."
 
 
 def answer(result: IngestResult) -> Response:
@@ -76,12 +78,12 @@ def answer(result: IngestResult) -> Response:
 
 
 class CanPostTelemetry(BasePermission):
-    """A node agent token, or a user with the operator role (or above)."""
+    """A node agent (token or key), or a user with the operator role (or above)."""
 
     message = "Posting telemetry needs a node agent token or the operator role."
 
     def has_permission(self, request: Request, view: APIView) -> bool:
-        if isinstance(request.auth, NodeAgentToken):
+        if isinstance(request.user, NodeAgent):
             return True
         return bool(request.user and request.user.is_authenticated and has_role(request.user, OPERATOR))
 
@@ -89,7 +91,9 @@ class CanPostTelemetry(BasePermission):
 class TelemetryView(StrictQueryParametersMixin, APIView):
     """Receive a batch of GPU samples of one node."""
 
-    authentication_classes = [NodeAgentTokenAuthentication, APITokenAuthentication, SessionAuthentication]
+    authentication_classes = [
+        ServiceAccountTokenAuthentication, NodeAgentTokenAuthentication, APITokenAuthentication, SessionAuthentication,
+    ]
     permission_classes = [CanPostTelemetry]
     parser_classes = [LimitedJSONParser]  # JSON only, with the size and nesting limits of every endpoint
     # Read by nodes.authentication.NodeAgentTokenScheme: list agent tokens for this operation.
@@ -118,8 +122,10 @@ class TelemetryView(StrictQueryParametersMixin, APIView):
                     "sample, with the 207's body (`stored` 0)."
                 )
             ),
-            401: OpenApiResponse(description="No credentials, or an unknown or revoked agent token."),
-            403: OpenApiResponse(description="An agent token of another node, or a user below the operator role."),
+            401: OpenApiResponse(description="No credentials, an unknown or revoked agent key, or a token the "
+                                             "cluster does not vouch for as the node agent's."),
+            403: OpenApiResponse(description="An agent of another node, or a user below the operator role."),
+            503: OpenApiResponse(description="The agent's ServiceAccount token cannot be checked with the cluster now."),
         },
         examples=[
             OpenApiExample(
@@ -147,24 +153,23 @@ class TelemetryView(StrictQueryParametersMixin, APIView):
         ],
     )
     def post(self, request: Request) -> Response:
-        token = request.auth if isinstance(request.auth, NodeAgentToken) else None
-        agent_node = token.node if token else None
+        agent = request.user if isinstance(request.user, NodeAgent) else None
         data = request.data
         # Authorization before validation: an agent learns nothing about another node's batch.
         claimed = data.get("node") if isinstance(data, Mapping) else None
-        if agent_node is not None and isinstance(claimed, str) and claimed != agent_node.name:
-            raise exceptions.PermissionDenied(agent_refusal(agent_node))
+        if agent is not None and isinstance(claimed, str) and claimed != agent.node_name:
+            raise exceptions.PermissionDenied(agent_refusal(agent.node_name))
         try:
             node_name, items = parse_envelope(data, settings.TELEMETRY_MAX_BATCH)
         except BatchRefused as exc:
             raise exceptions.ValidationError(exc.errors) from None
-        node = agent_node if agent_node is not None else Node.objects.filter(name=node_name).first()
+        node = agent.node if agent is not None else Node.objects.filter(name=node_name).first()
         if node is None:
             raise exceptions.ValidationError({"node": [f"Unknown node {node_name!r}."]})
         parsed = parse_samples(items)
         try:
             result = ingest_samples(
-                parsed.samples, node=node, source="agent" if token else "api", indexes=parsed.indexes,
+                parsed.samples, node=node, source="agent" if agent else "api", indexes=parsed.indexes,
                 refused=parsed.errors,
             )
         except TelemetryRejected as exc:

@@ -105,6 +105,24 @@ class ClusterConfigMap:
         return f"{self.namespace}/{self.name}"
 
 
+@dataclass(frozen=True)
+class TokenReview:
+    """The TokenReview API's verdict on a bearer token (authentication.k8s.io/v1 `status`).
+
+    `authenticated` False: the token is not valid (forged, expired, its pod gone, none of the
+    audiences asked for); `error` may say why. Else `username` is who it belongs to
+    ("system:serviceaccount:<namespace>:<name>"), `audiences` those of the review's it was issued
+    for, and `extra` what the authenticator adds: for a pod-bound token on Kubernetes >= 1.30 the
+    pod's node (`nodes.contract.EXTRA_NODE_NAME`)."""
+
+    authenticated: bool
+    username: str = ""
+    groups: tuple[str, ...] = ()
+    audiences: tuple[str, ...] = ()
+    extra: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    error: str = ""
+
+
 ClusterItem = TypeVar("ClusterItem", ClusterNode, ClusterPod)
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -227,6 +245,14 @@ class ClusterBackend(Protocol):
         Conflict (409) when it exists already, or changed since it was read: read it again and
         merge. ``dry_run``: the API server checks and authorizes the write and stores nothing
         (``?dryRun=All``), which tells a preview whether the write would succeed.
+        """
+        ...
+
+    def review_token(self, token: str, audiences: list[str]) -> TokenReview:
+        """Ask the cluster whose bearer `token` is (the TokenReview API), for one of `audiences`.
+
+        An invalid token is an answer (`authenticated` False), not an error; ClusterError when
+        the cluster could not be asked.
         """
         ...
 

@@ -33,6 +33,7 @@ from nodes.cluster.base import (
 )
 from nodes.cluster.kubernetes_configmaps import ConfigMapCalls
 from nodes.cluster.kubernetes_http import FIELD_MANAGER, MERGE_PATCH, STRATEGIC_MERGE_PATCH, json_content
+from nodes.cluster.kubernetes_tokenreview import TokenReviewCalls
 from nodes.cluster.manifests import deployment_manifest
 from nodes.cluster.parsing import parse_node, parse_pdb, parse_pod
 from nodes.cluster.watch_events import node_changes, pod_changes
@@ -52,12 +53,12 @@ DEFAULT_REQUEST_TIMEOUT_S = (5.0, 30.0)
 _T = TypeVar("_T")
 
 
-class KubernetesCluster(ConfigMapCalls):
+class KubernetesCluster(ConfigMapCalls, TokenReviewCalls):
     """ClusterBackend for a real Kubernetes cluster, reached through `api_client`.
 
     `device_plugin_namespace` is where the NVIDIA device plugin pods run (the GPU operator's
     namespace); `page_size` bounds each list request; `request_timeout_s` is (connect, read).
-    ConfigMaps are read and written by `kubernetes_configmaps.ConfigMapCalls`."""
+    ConfigMaps and TokenReviews are the mixins' (`kubernetes_configmaps`, `kubernetes_tokenreview`)."""
 
     def __init__(
         self,
@@ -73,12 +74,12 @@ class KubernetesCluster(ConfigMapCalls):
         self.core: client.CoreV1Api = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
+        self.authentication = client.AuthenticationV1Api(api_client)
         self.device_plugin_namespace = device_plugin_namespace
         self.page_size = page_size
         self.request_timeout_s = request_timeout_s
 
     # --- construction ---------------------------------------------------------------------
-
     @classmethod
     def from_settings(cls) -> KubernetesCluster:
         """A cluster configured from Django settings.
@@ -124,7 +125,6 @@ class KubernetesCluster(ConfigMapCalls):
         return str(self.api_client.configuration.host)
 
     # --- reads ----------------------------------------------------------------------------
-
     @property
     def cluster_key(self) -> str:
         return f"kubernetes:{self.host}"
@@ -182,7 +182,6 @@ class KubernetesCluster(ConfigMapCalls):
         return int(status.get("readyReplicas", 0)) >= desired
 
     # --- node changes ---------------------------------------------------------------------
-
     def set_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
         """Merge `labels` into the node's labels; a None value removes that label (null in the patch)."""
         if not labels:
@@ -250,7 +249,6 @@ class KubernetesCluster(ConfigMapCalls):
                 pass  # already gone (restarted by someone else): the outcome we wanted
 
     # --- workloads ------------------------------------------------------------------------
-
     def create_workload(self, spec: WorkloadSpec) -> None:
         """Create the apps/v1 Deployment of `manifests.deployment_manifest(spec)`.
 
@@ -307,7 +305,6 @@ class KubernetesCluster(ConfigMapCalls):
         )
 
     # --- plumbing -------------------------------------------------------------------------
-
     def _patch_node(self, node: str, body: dict[str, Any], action: str) -> None:
         # Name the patch type: the generated client defaults PATCH to JSON Patch (a list of
         # operations) and only its REST layer quietly swaps that for an object body. Strategic

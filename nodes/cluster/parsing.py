@@ -20,6 +20,7 @@ from nodes.cluster.base import (
     ClusterPod,
     GPUDevice,
     MIGDevice,
+    TokenReview,
 )
 from nodes.contract import (
     ANNOTATION_GPU_UUIDS,
@@ -230,4 +231,22 @@ def parse_pdb(obj: dict[str, Any]) -> ClusterPDB:
         match_labels={str(k): str(v) for k, v in (selector.get("matchLabels") or {}).items()},
         min_available=_int_or_percent(spec.get("minAvailable")),
         max_unavailable=_int_or_percent(spec.get("maxUnavailable")),
+    )
+
+
+def parse_token_review(obj: dict[str, Any]) -> TokenReview:
+    """An authentication.k8s.io/v1 TokenReview's `status`; a missing or malformed one reads as not
+    authenticated (never as someone)."""
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        return TokenReview(authenticated=False, error="the review has no status")
+    user: dict[str, Any] = status["user"] if isinstance(status.get("user"), dict) else {}
+    extra: dict[str, Any] = user["extra"] if isinstance(user.get("extra"), dict) else {}
+    return TokenReview(
+        authenticated=status.get("authenticated") is True,
+        username=str(user.get("username") or ""),
+        groups=tuple(str(group) for group in user.get("groups") or ()),
+        audiences=tuple(str(audience) for audience in status.get("audiences") or ()),
+        extra={str(key): tuple(str(v) for v in values) for key, values in extra.items() if isinstance(values, list)},
+        error=str(status.get("error") or ""),
     )

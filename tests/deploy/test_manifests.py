@@ -190,19 +190,44 @@ def test_the_agent_runs_on_gpu_nodes_with_the_nvidia_runtime_and_no_kubernetes_r
     spec = pod_spec(agent)
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert spec["runtimeClassName"] == "nvidia"
-    assert spec["automountServiceAccountToken"] is False
     assert spec["containers"][0]["args"][0] == "agent"
     env = {e["name"]: e for e in spec["containers"][0]["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    assert "secretKeyRef" in env["GPUPLANE_AGENT_TOKEN"]["valueFrom"]  # one key for the fleet, or
-    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}  # one per node, by name
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
+    # The fallback: a key per node, the optional Secret's entry named after the node.
     assert mounts["agent-keys"] == env["GPUPLANE_AGENT_TOKEN_DIR"]["value"]
-    assert volumes["agent-keys"]["secret"]["secretName"] == env["GPUPLANE_AGENT_TOKEN"]["valueFrom"]["secretKeyRef"]["name"]
+    assert volumes["agent-keys"]["secret"] == {"secretName": "gpuplane-agent", "optional": True}
+    assert "GPUPLANE_AGENT_TOKEN" not in env  # one key for every node cannot work: a key is one node's
     assert "nvidia.com/gpu" not in str(spec["containers"][0]["resources"])  # takes no GPU from a workload
     bound = [subject["name"] for binding in of_kind(objects, "RoleBinding") + of_kind(objects, "ClusterRoleBinding")
              for subject in binding["subjects"]]
     assert spec["serviceAccountName"] not in bound
+    account = named(objects, "ServiceAccount", spec["serviceAccountName"])
+    assert spec["automountServiceAccountToken"] is False and account["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_agent_proves_its_node_with_a_projected_token_for_gpuplane_only(overlay, settings):
+    objects = render(overlay)
+    spec = pod_spec(named(objects, "DaemonSet", "gpuplane-agent"))
+    (container,) = spec["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    (source,) = {v["name"]: v for v in spec["volumes"]}["agent-identity"]["projected"]["sources"]
+    token = source["serviceAccountToken"]
+    # Not the API server's audience: the token is good for gpuplane alone, and short-lived (the
+    # kubelet renews it; 600 s is the least the TokenRequest API takes).
+    assert token["audience"] == settings.GPUPLANE_AGENT_TOKEN_AUDIENCE == "gpuplane"
+    assert token["expirationSeconds"] == 600
+    assert mounts["agent-identity"]["readOnly"] is True
+    assert env["GPUPLANE_AGENT_TOKEN_FILE"]["value"] == f"{mounts['agent-identity']['mountPath']}/{token['path']}"
+    # The server checks the token is of this ServiceAccount, in the namespace the web pods run in.
+    assert spec["serviceAccountName"] == settings.GPUPLANE_AGENT_SERVICE_ACCOUNT
+    (web,) = (c for c in pod_spec(named(objects, "Deployment", "gpuplane-web"))["containers"] if c["name"] == "web")
+    web_env = {e["name"]: e for e in web["env"]}
+    assert web_env["GPUPLANE_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert named(objects, "ServiceAccount", spec["serviceAccountName"])["metadata"]["namespace"] == "gpuplane"
 
 
 def test_the_production_overlay_asks_cert_manager_for_the_webhook_certificate():

@@ -73,7 +73,8 @@ def test_it_types_derived_and_json_fields(schema_file):
 
 
 def test_it_declares_token_and_session_auth(schema_file):
-    assert set(schema_file["components"]["securitySchemes"]) == {"tokenAuth", "cookieAuth", "agentTokenAuth"}
+    assert set(schema_file["components"]["securitySchemes"]) == {"tokenAuth", "cookieAuth", "agentTokenAuth",
+                                                                  "agentServiceAccountAuth"}
 
 
 @pytest.mark.parametrize("url", ["/api/schema/", "/api/docs/"])

@@ -145,7 +145,7 @@ def test_an_agent_token_is_refused_everywhere_else_with_403(n1, agent_key, metho
 
 def test_an_agent_holds_no_role(n1):
     token, _ = issue_agent_token(n1)
-    agent = NodeAgent(token)
+    agent = NodeAgent(token.node.name, token.node)
 
     assert agent.is_authenticated
     assert role_of(agent) is None

@@ -116,7 +116,8 @@ def test_it_is_documented_with_agent_tokens(tmp_path):
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(path))
     operation = yaml.safe_load(path.read_text())["paths"]["/api/v1/nodes/{name}/gpu-report/"]["post"]
     assert {"agentTokenAuth": []} in operation["security"]
-    assert set(operation["responses"]) == {"200", "400", "401", "403", "404"}
+    assert {"agentServiceAccountAuth": []} in operation["security"]
+    assert set(operation["responses"]) == {"200", "400", "401", "403", "404", "503"}
 
 
 def test_behind_the_https_redirect_an_agent_in_the_cluster_still_reaches_it(n1, settings):

@@ -274,8 +274,9 @@ def test_it_is_documented_in_the_schema_without_warnings(tmp_path):
     operation = schema["paths"]["/api/v1/telemetry/"]["post"]
     assert set(schema["paths"]["/api/v1/telemetry/"]) == {"post"}
     assert {"agentTokenAuth": []} in operation["security"]
+    assert {"agentServiceAccountAuth": []} in operation["security"]
     assert {"tokenAuth": []} in operation["security"]
-    assert set(operation["responses"]) == {"201", "207", "400", "401", "403"}
+    assert set(operation["responses"]) == {"201", "207", "400", "401", "403", "503"}
     partial = operation["responses"]["207"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
     assert {"stored", "refused", "samples", "retry"} <= set(schema["components"]["schemas"][partial]["properties"])
     batch_schema = schema["components"]["schemas"]["TelemetryBatch"]
@@ -286,4 +287,6 @@ def test_it_is_documented_in_the_schema_without_warnings(tmp_path):
     assert {"memory_reserved_mib", "power_limit_w", "processes"} <= set(sample_schema)
     # Agent tokens are accepted by telemetry only: the inventory does not list them.
     assert {"agentTokenAuth": []} not in schema["paths"]["/api/v1/nodes/"]["get"]["security"]
+    assert {"agentServiceAccountAuth": []} not in schema["paths"]["/api/v1/nodes/"]["get"]["security"]
     assert schema["components"]["securitySchemes"]["agentTokenAuth"]["scheme"] == "bearer"
+    assert schema["components"]["securitySchemes"]["agentServiceAccountAuth"]["bearerFormat"] == "JWT"

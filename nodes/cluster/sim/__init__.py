@@ -15,6 +15,7 @@ through `nodes.cluster.parsing`, so the control plane reads it exactly as it rea
 - `replica_sets`: the ReplicaSets of other teams' pods, which come back after an eviction too;
 - `eviction`: the Eviction API with PodDisruptionBudgets;
 - `configmaps`: ConfigMaps read and written through the API (the GPU operator's two among them);
+- `service_accounts`: ServiceAccount tokens, issued signed and checked by the TokenReview API;
 - `device_plugin`: the device plugin's ConfigMap (applies on plugin restart only, a delay after it) and GFD labels;
 - `mig_manager`: mig-parted configs, `nvidia.com/mig.config.state` pending -> success / failed;
 - `gpus`: deterministic GPU and MIG UUIDs, the MIG layout annotation;

@@ -26,6 +26,7 @@ OPERATIONS = frozenset(
         "restart_device_plugin",
         "read_configmap",
         "write_configmap",
+        "review_token",
     }
 )
 

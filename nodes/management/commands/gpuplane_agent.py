@@ -1,14 +1,19 @@
-"""`manage.py gpuplane_agent --server URL --token TOKEN [--node NAME] [--interval 30] [--once]`.
+"""`manage.py gpuplane_agent --server URL (--token-file PATH | --token KEY) [--node NAME] [--interval 30] [--once]`.
 
 The node telemetry agent, meant to run as a DaemonSet on every GPU node: reads the node's GPUs
-through NVML every interval and posts them to `POST {server}/api/v1/telemetry/` with a node
-agent token (`manage.py create_agent_token NODE`), after reporting the node's GPUs (UUIDs, MIG
-instances) to `POST {server}/api/v1/nodes/<node>/gpu-report/`, which binds them to the inventory:
-no annotation or other manual step is needed. See nodes/agent/ for reports, buffering and retries.
+through NVML every interval and posts them to `POST {server}/api/v1/telemetry/`, after reporting
+the node's GPUs (UUIDs, MIG instances) to `POST {server}/api/v1/nodes/<node>/gpu-report/`, which
+binds them to the inventory: no annotation or other manual step is needed. See nodes/agent/ for
+reports, buffering and retries.
 
-In a DaemonSet, pass the node name from the downward API (env NODE_NAME from spec.nodeName)
-and the token from a Secret (env GPUPLANE_AGENT_TOKEN); the container needs the NVIDIA runtime.
-SIGTERM (pod deletion) stops the loop after one last delivery attempt.
+Its credential: the pod's projected ServiceAccount token (`--token-file`, env
+GPUPLANE_AGENT_TOKEN_FILE), read again for every post since the kubelet rotates it; the server
+asks the cluster which node it is bound to (nodes/agent_identity.py). Or, the fallback where
+Kubernetes cannot say that (older than 1.30, `make run`), a node agent key (`--token`, env
+GPUPLANE_AGENT_TOKEN; `manage.py create_agent_token NODE`), which wins when both are given.
+In a DaemonSet, pass the node name from the downward API (env NODE_NAME from spec.nodeName);
+the container needs the NVIDIA runtime. SIGTERM (pod deletion) stops the loop after one last
+delivery attempt.
 """
 from __future__ import annotations
 
@@ -24,10 +29,11 @@ from nodes.agent import (
     DEFAULT_INTERVAL_S,
     DEFAULT_MAX_BUFFER_SAMPLES,
     TelemetryAgent,
+    TokenFile,
 )
 from nodes.collectors.base import CollectorUnavailable
 from nodes.collectors.nvml import NVMLCollector
-from nodes.contract import ENV_AGENT_TOKEN, ENV_NODE_NAME
+from nodes.contract import ENV_AGENT_TOKEN, ENV_AGENT_TOKEN_FILE, ENV_NODE_NAME
 
 TOKEN_ENV = ENV_AGENT_TOKEN
 NODE_ENV = ENV_NODE_NAME
@@ -41,7 +47,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--token",
             default=os.environ.get(TOKEN_ENV, ""),
-            help=f"Node agent token (default: env {TOKEN_ENV}); make one with `manage.py create_agent_token NODE`.",
+            help=f"Node agent key (default: env {TOKEN_ENV}); make one with `manage.py create_agent_token NODE`. "
+                 "Wins over --token-file.",
+        )
+        parser.add_argument(
+            "--token-file",
+            default=os.environ.get(ENV_AGENT_TOKEN_FILE, ""),
+            help=f"File holding the pod's projected ServiceAccount token, read again for every post "
+                 f"(default: env {ENV_AGENT_TOKEN_FILE}).",
         )
         parser.add_argument(
             "--node",
@@ -59,8 +72,7 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="Read and post once, then exit (non-zero if not delivered).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if not options["token"]:
-            raise CommandError(f"an agent token is required: --token or env {TOKEN_ENV}")
+        token = self._credential(options["token"], options["token_file"])
         if options["interval"] <= 0 or options["batch_size"] < 1 or options["max_buffer"] < 1:
             raise CommandError("--interval must be > 0, --batch-size and --max-buffer >= 1")
         collector = NVMLCollector()
@@ -70,7 +82,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         agent = TelemetryAgent(
             options["server"],
-            options["token"],
+            token,
             options["node"],
             collector,
             interval_s=options["interval"],
@@ -100,6 +112,21 @@ class Command(BaseCommand):
             self.stdout.write(f"gpuplane agent stopped: {agent.stats_dict()}")
         finally:
             collector.close()
+
+    @staticmethod
+    def _credential(key: str, token_file: str) -> str | TokenFile:
+        """The key when given, else the token file (readable now: a wrong path fails at start)."""
+        if key:
+            return key
+        if not token_file:
+            raise CommandError(f"an agent credential is required: --token-file (env {ENV_AGENT_TOKEN_FILE}) "
+                               f"or --token (env {TOKEN_ENV})")
+        credential = TokenFile(token_file)
+        try:
+            credential()
+        except OSError as exc:
+            raise CommandError(f"cannot read the agent's token file: {exc}") from None
+        return credential
 
     @staticmethod
     def _stop_on_sigterm(agent: TelemetryAgent) -> None:

@@ -98,8 +98,11 @@ def test_the_command_fails_clearly_without_a_token_or_without_nvml(monkeypatch):
     from tests.nodes.fake_nvml import FakeNVML
 
     monkeypatch.delenv("GPUPLANE_AGENT_TOKEN", raising=False)
-    with pytest.raises(CommandError, match="agent token is required"):
+    monkeypatch.delenv("GPUPLANE_AGENT_TOKEN_FILE", raising=False)
+    with pytest.raises(CommandError, match="agent credential is required"):
         call_command("gpuplane_agent", "--server", "http://127.0.0.1:9", "--token", "")
+    with pytest.raises(CommandError, match="cannot read the agent's token file"):
+        call_command("gpuplane_agent", "--server", "http://127.0.0.1:9", "--token-file", "/nonexistent/token")
 
     FakeNVML([], init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED).install(monkeypatch)
     with pytest.raises(CommandError, match="NVML could not be initialised"):

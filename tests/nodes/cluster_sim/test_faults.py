@@ -38,6 +38,7 @@ def test_every_backend_method_can_fail(cluster):
         "delete_workload": lambda: cluster.delete_workload("ml", "llm"),
         "workload_ready": lambda: cluster.workload_ready("ml", "llm"),
         "restart_device_plugin": lambda: cluster.restart_device_plugin("gpu-1"),
+        "review_token": lambda: cluster.review_token("a.b.c", ["gpuplane"]),
     }
     for operation, call in calls.items():
         cluster.inject_fault(operation, f"{operation} broke")

@@ -6,6 +6,8 @@ Eviction API's 429 for a PodDisruptionBudget, 404 NotFound, 409 AlreadyExists).
 """
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 # --- Kubernetes JSON shapes ----------------------------------------------------------------
@@ -320,3 +322,34 @@ def scale(namespace: str, name: str, replicas: int) -> dict[str, Any]:
         "spec": {"replicas": replicas},
         "status": {"replicas": 1, "selector": f"app.kubernetes.io/name={name}"},
     }
+
+
+def service_account_jwt(exp: float, **claims: Any) -> str:
+    """A token shaped like a projected ServiceAccount token (a JWS: header.claims.signature); only the
+    cluster can tell whether it is valid, so its signature here is a stand-in."""
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'RS256', 'kid': 'test'})}.{part({'exp': int(exp), **claims})}.c2lnbmF0dXJl"
+
+
+def token_review(token: str, *, user: str = "system:serviceaccount:gpuplane:gpuplane-agent", node: str | None = "gpu-node-1",
+                 audiences: tuple[str, ...] = ("gpuplane",), authenticated: bool = True, error: str = "") -> dict[str, Any]:
+    """The API server's answer to a TokenReview of `token`: a pod-bound ServiceAccount token's user,
+    with the pod's node in `extra` (Kubernetes >= 1.30) unless `node` is None."""
+    review: dict[str, Any] = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                              "metadata": {"creationTimestamp": None}, "spec": {"token": token}}
+    if not authenticated:
+        review["status"] = {"user": {}, "error": error or "invalid bearer token"}
+        return review
+    extra = {"authentication.kubernetes.io/credential-id": ["JTI=7ee52be0-9045-4653-aa5e-0da57b8dccdc"],
+             "authentication.kubernetes.io/pod-name": ["gpuplane-agent-x7k2p"],
+             "authentication.kubernetes.io/pod-uid": ["e87dbbd6-3d7e-45db-aafb-72b24627dff5"]}
+    if node is not None:
+        extra |= {"authentication.kubernetes.io/node-name": [node],
+                  "authentication.kubernetes.io/node-uid": ["497e9d9a-47aa-4930-b0f6-9f2fb574c8c6"]}
+    namespace = user.split(":")[2] if user.count(":") == 3 else "default"
+    review["status"] = {"authenticated": True, "audiences": list(audiences), "user": {
+        "username": user, "uid": "5a1f9c2d-7e33-4a88-b2c4-6f9d0e1a3b57", "extra": extra,
+        "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]}}
+    return review

@@ -8,6 +8,10 @@ node's GPUs (real UUIDs, GPU 0 in MIG mode with three instances), and its first 
 is accepted; the next inventory sync (the one the report queued) lays the MIG layout over the
 cluster's view and does not fight the agent over the UUIDs; and one bad sample in a batch of
 96 leaves the other 95 stored.
+
+The second test is the same first start with nothing issued by anyone: the agent holds only the
+projected ServiceAccount token its pod is given, and the server (on the Kubernetes backend too,
+through a kubeconfig) learns its node from the fake API server's TokenReview.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from nodes.authentication import issue_agent_token
 from nodes.collectors.nvml import NVMLCollector
 from nodes.inventory import watching
 from nodes.inventory.sync import sync_inventory
-from nodes.models import GPU, GPUSample, Node, NodeGPUReport, Partition
+from nodes.models import GPU, GPUSample, Node, NodeAgentToken, NodeGPUReport, Partition
 from tests.nodes.fake_nvml import FakeGPU, FakeGPUInstance, FakeMIGDevice, FakeNVML
 from tests.nodes.kubernetes import api_objects as k8s
 from tests.nodes.kubernetes.fake_api import RecordedRequest, Reply
@@ -123,3 +127,51 @@ def test_a_fresh_node_needs_no_manual_step(kube, cluster, live_server, monkeypat
     assert GPUSample.objects.count() == 95
     assert (agent.stats.delivered, agent.stats.dropped_rejected) == (95, 1)
     assert not GPUSample.objects.filter(gpu__uuid=REAL[3], ts=start + timedelta(seconds=150)).exists()
+
+
+def serve_token_reviews(kube: Any, token: str) -> None:
+    """The API server's TokenReview: `token` is the agent pod's on NODE, for the audience gpuplane."""
+    def review(request: RecordedRequest) -> Reply:
+        spec = request.body["spec"]
+        if spec["token"] == token and "gpuplane" in spec["audiences"]:
+            return Reply(201, k8s.token_review(token, node=NODE))
+        return Reply(201, k8s.token_review(spec["token"], authenticated=False))
+
+    kube.on("POST", "/apis/authentication.k8s.io/v1/tokenreviews", handler=review)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fresh_node_whose_agent_holds_only_its_service_account_token(
+        kube, cluster, live_server, monkeypatch, capsys, settings, tmp_path):
+    watching.forget_mirrors()
+    serve_the_node(kube)
+    sync_inventory(cluster)
+    node = Node.objects.get(name=NODE)
+    assert list(node.gpus.order_by("index").values_list("uuid", flat=True)) == [f"GPU-{NODE}-{i}" for i in range(8)]
+    # The server talks to the cluster as it does in a pod: its own credential, from a kubeconfig.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{kube.url}'}}}}]\n"
+        "users: [{name: gpuplane, user: {token: gpuplane-server-token}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: gpuplane}}]\n"
+    )
+    settings.GPUPLANE_CLUSTER, settings.GPUPLANE_KUBECONFIG = "kubernetes", str(kubeconfig)
+    # What the kubelet mounts into the agent's pod (deploy/base/agent.yaml); no key anywhere.
+    token = k8s.service_account_jwt(datetime.now(UTC).timestamp() + 600, aud=["gpuplane"])
+    (tmp_path / "token").write_text(token)
+    serve_token_reviews(kube, token)
+    monkeypatch.delenv("GPUPLANE_AGENT_TOKEN", raising=False)
+    FakeNVML(h100s_one_in_mig_mode()).install(monkeypatch)
+
+    call_command("gpuplane_agent", "--server", live_server.url, "--token-file", str(tmp_path / "token"),
+                 "--node", NODE, "--once")
+
+    assert "Posted 8 sample(s) for node gpu-node-1" in capsys.readouterr().out
+    assert list(node.gpus.order_by("index").values_list("uuid", flat=True)) == REAL
+    assert sorted(GPUSample.objects.values_list("gpu__uuid", flat=True)) == sorted(REAL)
+    assert not NodeAgentToken.objects.exists()
+    reviews = [r for r in kube.requests if r.path.endswith("/tokenreviews")]
+    # The GPU report and the batch: one review, with gpuplane's credential, the next post from the cache.
+    assert len(reviews) == 1 and reviews[0].headers["authorization"] == "Bearer gpuplane-server-token"
+    assert [r.path for r in kube.requests if r.method == "POST"] == ["/apis/authentication.k8s.io/v1/tokenreviews"]
