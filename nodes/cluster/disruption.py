@@ -28,13 +28,18 @@ def scaled(value: int | str, total: int) -> int:
     return math.ceil(total * float(value.rstrip("%")) / 100)
 
 
+def desired_healthy(pdb: ClusterPDB, expected: int) -> int:
+    """How many of the ``expected`` pods the PDB wants healthy (``status.desiredHealthy``)."""
+    if pdb.min_available is not None:
+        return scaled(pdb.min_available, expected)
+    if pdb.max_unavailable is not None:
+        return max(0, expected - scaled(pdb.max_unavailable, expected))
+    return expected  # neither (the API server refuses that): nothing may go
+
+
 def disruptions_allowed(pdb: ClusterPDB, selected: int, ready: int) -> int:
     """The PDB's disruptions allowed now, given how many pods it selects and how many are ready."""
-    if pdb.min_available is not None:
-        return max(0, ready - scaled(pdb.min_available, selected))
-    if pdb.max_unavailable is not None:
-        return max(0, ready - (selected - scaled(pdb.max_unavailable, selected)))
-    return max(0, ready - selected)  # neither (the API server refuses that): nothing may go
+    return max(0, ready - desired_healthy(pdb, selected))
 
 
 def selects(pdb: ClusterPDB, namespace: str, labels: Mapping[str, str]) -> bool:

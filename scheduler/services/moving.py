@@ -126,11 +126,11 @@ def advance_move(move: Move, cluster: ClusterBackend, now: datetime) -> None:
         _finish(move, cluster, now)
         return
     if move.original.status not in ACTIVE_PLACEMENT:
-        _roll_back(move, cluster, "its original replica is gone (released elsewhere); nothing evicted")
+        _roll_back(move, cluster, "its original replica is gone (released elsewhere); nothing evicted", now)
         return
     if timed_out:
         why = f" ({move.blocked_reason})" if move.blocked_reason else ""
-        _roll_back(move, cluster, f"not done within {move.timeout_s} s{why}; the original stays")
+        _roll_back(move, cluster, f"not done within {move.timeout_s} s{why}; the original stays", now)
         return
     if move.status == S.PLANNED:
         _place(move, cluster, now)
@@ -154,7 +154,7 @@ def _place(move: Move, cluster: ClusterBackend, now: datetime) -> None:
         replacement = _place_replacement(move, deployment, index, cluster)
     except (NoCapacity, DeployFailed, ValueError) as error:
         if move.to_node:  # that very node: it will not get more room by waiting
-            _roll_back(move, cluster, f"does not fit {move.to_node} now: {error}; nothing evicted")
+            _roll_back(move, cluster, f"does not fit {move.to_node} now: {error}; nothing evicted", now)
         else:
             _block(move, f"waiting for room for the replacement: {error}")
         return
@@ -169,7 +169,7 @@ def _place(move: Move, cluster: ClusterBackend, now: datetime) -> None:
 def _await_ready(move: Move, cluster: ClusterBackend, now: datetime) -> None:
     replacement = _replacement(move)
     if replacement is None or replacement.status not in ACTIVE_PLACEMENT:
-        _roll_back(move, cluster, "its replacement did not start; the original stays")
+        _roll_back(move, cluster, "its replacement did not start; the original stays", now)
         return
     if not _is_ready(replacement, cluster):
         return
@@ -210,19 +210,21 @@ def _finish(move: Move, cluster: ClusterBackend, now: datetime) -> None:
     if replacement is not None and replacement.status in ACTIVE_PLACEMENT and _is_ready(replacement, cluster):
         MOVE_STATES.move(move, S.DONE, actor=ACTOR,
                          reason=f"ready on {move.to_node or 'its new node'}; the original on {move.from_node} evicted",
-                         values={"blocked_reason": ""})
+                         values={"blocked_reason": "", "finished_at": now})
         return
     evicted_at = move.evicted_at or now
     gone = replacement is None or replacement.status not in ACTIVE_PLACEMENT
     if not gone and now - evicted_at <= timedelta(seconds=move.timeout_s):
         return
-    _lose(move, cluster, "its replacement is gone" if gone else f"its replacement was not ready within {move.timeout_s} s")
+    _lose(move, cluster, "its replacement is gone" if gone else f"its replacement was not ready within {move.timeout_s} s",
+          now)
 
 
 # ---- ends --------------------------------------------------------------------------------------
 
 
-def _roll_back(move: Move, cluster: ClusterBackend, reason: str, *, requester: bool = False) -> bool:
+def _roll_back(move: Move, cluster: ClusterBackend, reason: str, now: datetime | None = None, *,
+               requester: bool = False) -> bool:
     """Give the replacement back (if any) and end ``move`` rolled_back; the original serves on."""
     # The persisted index is this move's alone: whatever holds it (placed by a tick that died before
     # noting it, too) is the replacement.
@@ -230,17 +232,17 @@ def _roll_back(move: Move, cluster: ClusterBackend, reason: str, *, requester: b
         release_replica(move.deployment, move.replacement_index, user=ACTOR, cluster=cluster,
                         reason=f"move {move.pk} rolled back: {reason}")
     return MOVE_STATES.move(move, S.ROLLED_BACK, actor=move.requester if requester else ACTOR, reason=reason,
-                            values={"blocked_reason": ""})
+                            values={"blocked_reason": "", "finished_at": now or timezone.now()})
 
 
-def _lose(move: Move, cluster: ClusterBackend, what: str) -> None:
+def _lose(move: Move, cluster: ClusterBackend, what: str, now: datetime) -> None:
     """Fail ``move`` loudly: the original was evicted and the replica did not come back."""
     replacement = _replacement(move)
     if replacement is not None:
         release_replica(replacement.deployment, replacement.replica_index, user=ACTOR, cluster=cluster,
                         reason=f"move {move.pk} failed: {what}")
     reason = f"replica lost: the original on {move.from_node} was evicted and {what}"
-    if not MOVE_STATES.move(move, S.FAILED, actor=ACTOR, reason=reason, values={"lost": True, "blocked_reason": ""}):
+    if not MOVE_STATES.move(move, S.FAILED, actor=ACTOR, reason=reason, values={"lost": True, "blocked_reason": "", "finished_at": now}):
         return
     message = f"a replica was lost while moving off {move.from_node} (move {move.pk}): {what}"
     Deployment.objects.filter(pk=move.deployment_id).update(message=message, updated_at=timezone.now())
