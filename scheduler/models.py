@@ -239,6 +239,7 @@ class Move(models.Model):
     blocked_reason = models.TextField(blank=True, help_text="The PDB or budget holding it back now, if any")
     evicted_pod = models.CharField(max_length=253, blank=True)
     lost = models.BooleanField(default=False, help_text="The original was evicted and the replica did not come back")
+    hold = models.BooleanField(default=False, help_text="The requester lets the original go later (a rollout's drain)")
     timeout_s = models.PositiveIntegerField(help_text="Seconds it may take before it is given up")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

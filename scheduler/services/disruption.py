@@ -6,8 +6,10 @@ before it evicts the original; each returns "" when the move may go on, else why
 - **do-not-disrupt**: the original's pod, or its node, is annotated (or labelled)
   ``gpuplane.io/do-not-disrupt=true`` (``nodes.cluster.disruption``);
 - **concurrent disruptions**: at most ``DISRUPTION_BUDGET`` nodes (a count, or a percentage of
-  the GPU nodes rounded up; at least 1) have moves off them in flight at once, whoever asked,
-  as Karpenter's ``nodes: 10%`` budget; a move off a node already being disrupted adds nothing;
+  the GPU nodes rounded up; at least 1) have moves off them under way at once, whoever asked,
+  as Karpenter's ``nodes: 10%`` budget; a move off a node already being disrupted adds nothing.
+  A held move (a rollout's pre-warm: its rollout paces its nodes) counts once it is let go, and
+  an eviction waits while other nodes are being evicted from beyond the budget;
 - **minimum interval**: a workload is disrupted by one operation at a time, and not again by
   another within ``DISRUPTION_MIN_INTERVAL_S`` of its last eviction (the moves of one operation,
   say a node's drain, are one disruption; its PodDisruptionBudget still paces them).
@@ -26,7 +28,7 @@ from nodes.cluster.base import ClusterBackend, ClusterError, ClusterPod
 from nodes.cluster.disruption import budget_of, node_do_not_disrupt, pod_do_not_disrupt, selects
 from nodes.contract import LABEL_APP_NAME
 from nodes.models import Node
-from scheduler.choices import MOVE_DISRUPTING, MOVE_IN_FLIGHT
+from scheduler.choices import MOVE_DISRUPTING, MOVE_IN_FLIGHT, MoveStatus
 from scheduler.models import Move
 
 
@@ -56,9 +58,13 @@ def _do_not_disrupt(move: Move, cluster: ClusterBackend) -> str:
     return ""
 
 
-def _concurrency(move: Move) -> str:
-    busy = set(Move.objects.filter(status__in=MOVE_DISRUPTING).exclude(pk=move.pk)
-               .values_list("from_node", flat=True))
+def _concurrency(move: Move, *, evicting: bool) -> str:
+    # Placing: the nodes with moves under way that nobody holds (a held move disrupts nothing until
+    # its requester, whose own pacing holds it, lets it go). Evicting: the nodes being evicted from
+    # now, which finish without waiting on anyone, so two moves never wait on each other.
+    moves = (Move.objects.filter(status=MoveStatus.ORIGINAL_EVICTING) if evicting
+             else Move.objects.filter(status__in=MOVE_DISRUPTING, hold=False))
+    busy = set(moves.exclude(pk=move.pk).values_list("from_node", flat=True))
     budget = concurrent_budget()
     if move.from_node in busy or len(busy) < budget:
         return ""
@@ -81,13 +87,12 @@ def _interval(move: Move, now: datetime) -> str:
 
 def start_blocker(move: Move, cluster: ClusterBackend, now: datetime) -> str:
     """Why ``move`` may not place its replacement now ("" when it may). ClusterError propagates."""
-    return _do_not_disrupt(move, cluster) or _interval(move, now) or _concurrency(move)
+    return _do_not_disrupt(move, cluster) or _interval(move, now) or _concurrency(move, evicting=False)
 
 
 def evict_blocker(move: Move, cluster: ClusterBackend, now: datetime) -> str:
-    """Why ``move`` may not evict its original now ("" when it may); the concurrency budget was
-    taken when its replacement was placed. ClusterError propagates."""
-    return _do_not_disrupt(move, cluster) or _interval(move, now)
+    """Why ``move`` may not evict its original now ("" when it may). ClusterError propagates."""
+    return _do_not_disrupt(move, cluster) or _interval(move, now) or _concurrency(move, evicting=True)
 
 
 def pdb_reason(pod: ClusterPod, cluster: ClusterBackend, answer: str) -> str:

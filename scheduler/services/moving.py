@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from lifecycle.audit import record
@@ -62,9 +63,11 @@ def describe_partition(placement: Placement) -> str:
 
 
 def request_move(original: Placement, *, why: str, requested_by: str, requester: str, to_node: str = "",
-                 timeout_s: int | None = None, actor: Any = None) -> Move:
+                 timeout_s: int | None = None, hold: bool = False, actor: Any = None) -> Move:
     """The move of replica ``original`` asked for by ``requester``: the one it asked for before
-    while in flight (asking twice is safe), else a new planned one.
+    while in flight (asking twice is safe), else a new planned one. With ``hold`` the move stops
+    at replacement_ready until the requester calls ``release_moves`` (a rollout pre-warms every
+    replica of a node, then drains it); while held its timeout is the requester's to keep.
 
     Conflict (409) when the replica is not active, or another operation moves it already."""
     current = Move.objects.filter(original=original, status__in=MOVE_IN_FLIGHT).first()
@@ -79,7 +82,7 @@ def request_move(original: Placement, *, why: str, requested_by: str, requester:
     move = Move.objects.create(
         deployment=original.deployment, original=original, from_node=original.node.name if original.node else "",
         from_partition=describe_partition(original), to_node=to_node, why=why, requested_by=requested_by,
-        requester=requester, timeout_s=timeout_s or settings.MOVE_TIMEOUT_S, reason="waiting for the mover")
+        requester=requester, timeout_s=timeout_s or settings.MOVE_TIMEOUT_S, hold=hold, reason="waiting for the mover")
     record("move.planned", move, actor=actor or requester, reason=why,
            after={"deployment": move.deployment_id, "original": original.pk, "from_node": move.from_node,
                   "to_node": to_node})
@@ -94,6 +97,31 @@ def cancel_move(move: Move, *, reason: str, cluster: ClusterBackend | None = Non
     if move.status not in MOVE_STATES.sources(S.ROLLED_BACK):
         return False
     return _roll_back(move, backend, reason, requester=True)
+
+
+def release_moves(requester: str, *, from_node: str) -> int:
+    """Let ``requester``'s held moves off ``from_node`` evict their originals; how many."""
+    held = list(Move.objects.filter(requester=requester, from_node=from_node, hold=True, status__in=MOVE_IN_FLIGHT))
+    for move in held:
+        if Move.objects.filter(pk=move.pk, hold=True).update(hold=False, updated_at=timezone.now()):
+            record("move.released", move, actor=requester, reason="the requester lets the original go now")
+    return len(held)
+
+
+def cancel_moves(requester: str, *, reason: str, node: str | None = None,
+                 cluster: ClusterBackend | None = None) -> list[Move]:
+    """``cancel_move`` every move of ``requester`` still in flight (with ``node``: only those off
+    or onto it); those rolled back."""
+    moves = Move.objects.filter(requester=requester, status__in=MOVE_IN_FLIGHT).select_related("deployment")
+    if node is not None:
+        moves = moves.filter(Q(from_node=node) | Q(to_node=node))
+    return [move for move in moves.order_by("pk") if cancel_move(move, reason=reason, cluster=cluster)]
+
+
+def evict(cluster: ClusterBackend, namespace: str, name: str) -> None:
+    """Evict a pod no move is for (a drain's: another team's pod), through the Eviction API only:
+    the one door, beside the moves, by which gpuplane removes a pod. EvictionBlocked on a 429."""
+    cluster.evict_pod(namespace, name)
 
 
 def advance_moves(*, cluster: ClusterBackend | None = None, now: datetime | None = None,
@@ -128,9 +156,12 @@ def advance_move(move: Move, cluster: ClusterBackend, now: datetime) -> None:
     if move.original.status not in ACTIVE_PLACEMENT:
         _roll_back(move, cluster, "its original replica is gone (released elsewhere); nothing evicted", now)
         return
-    if timed_out:
-        why = f" ({move.blocked_reason})" if move.blocked_reason else ""
-        _roll_back(move, cluster, f"not done within {move.timeout_s} s{why}; the original stays", now)
+    if timed_out and not move.hold:
+        if move.status == S.REPLACEMENT_PLACED:
+            what = f"its replacement was not ready in time ({move.timeout_s} s)"
+        else:
+            what = f"not done within {move.timeout_s} s" + (f" ({move.blocked_reason})" if move.blocked_reason else "")
+        _roll_back(move, cluster, f"{what}; the original stays", now)
         return
     if move.status == S.PLANNED:
         _place(move, cluster, now)
@@ -179,6 +210,9 @@ def _await_ready(move: Move, cluster: ClusterBackend, now: datetime) -> None:
 
 
 def _evict(move: Move, cluster: ClusterBackend, now: datetime) -> None:
+    if move.hold:
+        _block(move, f"held by {move.requester} until it lets the original go (its drain)")
+        return
     blocker = evict_blocker(move, cluster, now)
     if blocker:
         _block(move, blocker)

@@ -3,7 +3,7 @@
 The plan's move is carried out by the mover (``scheduler.services.moving``), which chooses and
 persists the replacement's replica index on the ``Move`` before placing, so a tick that dies
 after placing adopts the copy next time. But an index whose attempt is over is spent (a replica
-index is never reused, ``scheduler.services.replacing.index_spent``): the next tick must give back
+index is never reused): the next tick must give back
 a reservation the dead tick left (its pod never comes) and place the replacement under a fresh
 index, as rollouts' pre-warming does, instead of waiting on it or failing the move.
 """

@@ -78,7 +78,7 @@ def test_a_replacement_never_ready_is_given_back_at_the_timeout(spread):
     cluster.pod_ready_delay_s = 10_000.0
     request_move(original, why="t", requested_by="user", requester="test:1", to_node=free, timeout_s=20)
     [moved] = run_until_settled(cluster, clock)
-    assert moved.status == "rolled_back" and "not done within 20 s" in moved.reason
+    assert moved.status == "rolled_back" and "its replacement was not ready in time (20 s)" in moved.reason
     original.refresh_from_db()
     assert original.status in ACTIVE and moved.replacement.status == "released"
     assert_no_leak()
