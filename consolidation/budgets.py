@@ -12,15 +12,17 @@ must not be made on budgets nobody knows.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.conf import settings
 
-from nodes.cluster.base import ClusterBackend, ClusterError, ClusterPDB, ClusterPod
+from nodes.cluster.base import ClusterBackend, ClusterError, ClusterPod
+from nodes.cluster.disruption import budget_of, disruptions_allowed, selects
 from nodes.contract import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, MANAGED_BY_GPUPLANE
 from scheduler.models import Deployment
+
+__all__ = ["Budget", "deployment_budgets", "disruptions_allowed"]
 
 SETTING = "GPUPLANE_CONSOLIDATION_MOVES_PER_DEPLOYMENT"
 
@@ -30,31 +32,6 @@ class Budget:
     allowed: int
     source: str  # "PDB ns/name (...)", or the setting, or why the PDBs are unknown
     from_pdb: bool
-
-
-def _scaled(value: int | str, total: int) -> int:
-    if isinstance(value, int):
-        return value
-    return math.ceil(total * float(value.rstrip("%")) / 100)
-
-
-def disruptions_allowed(pdb: ClusterPDB, selected: int, ready: int) -> int:
-    """The PDB's disruptions allowed now, given how many pods it selects and how many are ready."""
-    if pdb.min_available is not None:
-        return max(0, ready - _scaled(pdb.min_available, selected))
-    if pdb.max_unavailable is not None:
-        return max(0, _scaled(pdb.max_unavailable, selected) - (selected - ready))
-    return max(0, ready - selected)  # neither (the API server refuses that): nothing may go
-
-
-def _selects(pdb: ClusterPDB, namespace: str, labels: dict[str, str]) -> bool:
-    return pdb.namespace == namespace and all(labels.get(k) == v for k, v in pdb.match_labels.items())
-
-
-def _describe(pdb: ClusterPDB, selected: int, ready: int, allowed: int) -> str:
-    rule = (f"minAvailable {pdb.min_available}" if pdb.min_available is not None
-            else f"maxUnavailable {pdb.max_unavailable}")
-    return f"PDB {pdb.key} ({rule}, {ready} of {selected} ready: {allowed} may move)"
 
 
 def deployment_budgets(deployments: Iterable[Deployment], cluster: ClusterBackend) -> dict[str, Budget]:
@@ -72,13 +49,11 @@ def deployment_budgets(deployments: Iterable[Deployment], cluster: ClusterBacken
         labels = _pod_labels(deployment, pods)
         found = default
         for pdb in pdbs:
-            if not _selects(pdb, deployment.namespace, labels):
+            if not selects(pdb, deployment.namespace, labels):
                 continue
-            covered = [p for p in pods if _selects(pdb, p.namespace, p.labels) and p.phase not in ("Succeeded", "Failed")]
-            ready = sum(1 for p in covered if p.ready)
-            allowed = disruptions_allowed(pdb, len(covered), ready)
+            allowed, described = budget_of(pdb, pods)
             if not found.from_pdb or allowed < found.allowed:
-                found = Budget(allowed, _describe(pdb, len(covered), ready, allowed), True)
+                found = Budget(allowed, described, True)
         budgets[str(deployment.pk)] = found
     return budgets
 

@@ -15,6 +15,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 # A rate: a count per period, e.g. 10/m, 100/h, 5/10m (gpuplane/ratelimits.py reads it).
 _RATE = re.compile(r"[0-9]+/[0-9]*[smhd]")
+_COUNT_OR_PERCENT = re.compile(r"[0-9]+%?")
 
 
 def env_str(name: str, default: str) -> str:
@@ -43,6 +44,14 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
         raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} must be >= {minimum}")
+    return value
+
+
+def env_count_or_percent(name: str, default: str) -> str:
+    """A count ("2") or a percentage ("10%"), as Kubernetes' int-or-string budgets take."""
+    value = os.environ.get(name, default).strip()
+    if not _COUNT_OR_PERCENT.fullmatch(value):
+        raise ImproperlyConfigured(f"{name}={value!r} is neither a count (e.g. 2) nor a percentage (e.g. 10%)")
     return value
 
 

@@ -14,6 +14,7 @@ import dj_database_url
 
 # DRF and the OpenAPI schema: Django reads both names from this module.
 from gpuplane.api_settings import REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401
+from gpuplane.disruption import DISRUPTION_BUDGET, DISRUPTION_MIN_INTERVAL_S, MOVE_BEAT, MOVE_TIMEOUT_S  # noqa: F401
 from gpuplane.env import env_bool, env_choice, env_header_pair, env_int, env_list, env_number_map, env_rate, env_str
 from gpuplane.logs import logging_config
 from gpuplane.private_files import persistent_secret_key, secure_var_dir
@@ -327,6 +328,7 @@ CONSOLIDATION_EXECUTE_INTERVAL_S = env_int("GPUPLANE_CONSOLIDATION_EXECUTE_INTER
 CONSOLIDATION_MOVE_TIMEOUT_S = env_int("GPUPLANE_CONSOLIDATION_MOVE_TIMEOUT_S", 600, minimum=10)
 
 CELERY_BEAT_SCHEDULE = {
+    **MOVE_BEAT,
     "analyse-consolidation": {
         "task": "consolidation.tasks.analyse_consolidation_task",
         "schedule": float(CONSOLIDATION_INTERVAL_S),

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nodes.cluster.base import ClusterPod
-from nodes.contract import ANNOTATION_DO_NOT_DISRUPT
+from nodes.cluster.disruption import pod_do_not_disrupt
 
 # Mirror pods (static pods the kubelet runs from files): owned by their Node, marked by this annotation.
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -41,16 +41,11 @@ def drained_pods(pods: Iterable[ClusterPod], node: str) -> list[ClusterPod]:
             and MIRROR_ANNOTATION not in p.annotations]
 
 
-def is_do_not_disrupt(pod: ClusterPod) -> bool:
-    return "true" in (str(pod.annotations.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower(),
-                      str(pod.labels.get(ANNOTATION_DO_NOT_DISRUPT, "")).lower())
-
-
 def drain_blockers(pods: Iterable[ClusterPod]) -> list[DrainBlocker]:
     """The pods among ``pods`` (already ``drained_pods``) that block the drain, do-not-disrupt ones
     first, each group by key."""
     listed = list(pods)
-    marked = sorted(p.key for p in listed if is_do_not_disrupt(p))
+    marked = sorted(p.key for p in listed if pod_do_not_disrupt(p))
     bare = sorted(p.key for p in listed if not p.owner_kind and p.key not in marked)
     return [DrainBlocker(key, DO_NOT_DISRUPT) for key in marked] + [DrainBlocker(key, BARE) for key in bare]
 

@@ -73,7 +73,7 @@ def advance_rollout(rollout: RollingUpdate, cluster: ClusterBackend, now: dateti
         runnable = hold_for_pool(runnable, in_batch, now)
     for step in runnable:
         if step.state == NodeState.MOVING_BACK:
-            advance_move_back(step, cluster, now)  # never fails the node: its config is proven
+            advance_move_back(step, now)  # never fails the node: its config is proven
         elif advance_node(step, rollout, cluster, now):
             if rollout.on_failure == OnFailure.ROLLBACK:
                 return "node failed: rolling back"  # from the next tick on (``rolls_back``)

@@ -2,8 +2,9 @@
 
 ``restore`` undoes what the node's step did, from what the step persisted in
 ``RolloutNode.progress``: the labels found before the switch go back (the device plugin restarted
-on them), each replica pre-warmed for the node gives one of its two copies up again so that
-nothing stays doubled, and the node is uncordoned. Every part is idempotent (a label merge, a
+on them), the node's moves still in flight are given up (``scheduler.services.moving.cancel_moves``:
+each replacement released, the original kept) so that nothing stays doubled, and the node is
+uncordoned. Every part is idempotent (a label merge, a
 release of what is still active, an uncordon), so a restore cut short by a crash is simply
 redone; what could not be undone is returned, to be added to the node's reason.
 
@@ -22,8 +23,7 @@ from nodes.sharing.node_config import InvalidNodeConfig
 from rollouts.choices import NodeState
 from rollouts.models import NODE_STATES, RolloutNode
 from scheduler.choices import PlacementStatus
-from scheduler.models import Placement
-from scheduler.services.placing import release_replica
+from scheduler.services.moving import cancel_moves
 
 ACTOR = "system:rollouts"
 ACTIVE_PLACEMENTS = (PlacementStatus.RESERVED, PlacementStatus.BINDING, PlacementStatus.RUNNING)
@@ -78,40 +78,25 @@ def restore(step: RolloutNode, cluster: ClusterBackend) -> list[str]:
     return problems
 
 
+def requester_of(step: RolloutNode) -> str:
+    """What the moves of the step's rollout name as the operation that asked for them: the rollout
+    (one operation, so the workload's minimum disruption interval does not apply between its nodes'
+    moves: its batches and the PDBs pace them). A step's own moves are those off its node (pre-warm,
+    drain) and onto it (move-back)."""
+    return f"rollout:{step.rollout_id}"
+
+
 def _settle_copies(step: RolloutNode, cluster: ClusterBackend, problems: list[str]) -> list[int]:
-    """Each replica still on the node that was pre-warmed elsewhere keeps one copy: the node's own
-    while it is ready there, else the ready copy (its pod here was evicted already). Replicas the
-    drain released already have only their copy left, which stays. The placements released."""
-    intents: dict[str, int] = step.progress.get("intents", {})
-    prewarmed: dict[str, int] = step.progress.get("prewarmed", {})
-    released = []
-    for old_pk in sorted(set(intents) | set(prewarmed), key=int):
-        old = Placement.objects.filter(pk=int(old_pk), status__in=ACTIVE_PLACEMENTS).select_related("deployment").first()
-        if old is None:
-            continue
-        copies = old.deployment.placements.filter(status__in=ACTIVE_PLACEMENTS)
-        copy = (copies.filter(pk=prewarmed[old_pk]) if old_pk in prewarmed
-                else copies.filter(replica_index=intents[old_pk])).first()
-        if copy is None:
-            continue
-        gone = copy if _ready(cluster, old) or not _ready(cluster, copy) else old
-        where = "elsewhere" if gone is copy else f"on {step.node_name}"
-        try:
-            release_replica(old.deployment, gone.replica_index, user=ACTOR, cluster=cluster,
-                            reason=f"{step.node_name} left as it was: the copy {where} is not needed")
-        except ClusterError as error:
-            problems.append(f"releasing {old.deployment} replica {gone.replica_index}: {error}")
-            continue
-        released.append(gone.pk)
-    return released
-
-
-def _ready(cluster: ClusterBackend, placement: Placement) -> bool:
+    """Give up the node's moves still in flight (the mover releases each replacement; the original
+    stays on the node). A move past its eviction finishes as the mover carries it on: that replica
+    has only its copy left, which stays. The replacements released."""
     try:
-        return bool(placement.workload_name) and cluster.workload_ready(placement.deployment.namespace,
-                                                                        placement.workload_name)
-    except ClusterError:
-        return False
+        cancelled = cancel_moves(requester_of(step), node=step.node_name, cluster=cluster,
+                                 reason=f"{step.node_name} left as it was: the copy is not needed")
+    except ClusterError as error:
+        problems.append(f"giving up the node's moves: {error}")
+        return []
+    return [m.replacement_id for m in cancelled if m.replacement_id is not None]
 
 
 def _with_problems(reason: str, problems: list[str]) -> str:

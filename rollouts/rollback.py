@@ -54,7 +54,7 @@ def advance_rollback(rollout: RollingUpdate, steps: list[RolloutNode], cluster: 
         elif step.state == NodeState.MOVING_BACK:
             # Proven at the new config and serving: its workloads come home first (it never
             # fails), then it rolls back like any succeeded node.
-            advance_move_back(step, cluster, now)
+            advance_move_back(step, now)
     if any(s.state == NodeState.MOVING_BACK for s in steps):
         return "finishing move-back before rolling back"
     going_back = [s for s in steps if s.state in IN_FLIGHT and rolling_back(s)]

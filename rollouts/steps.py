@@ -37,8 +37,10 @@ from typing import Any
 from django.conf import settings
 
 from lifecycle.audit import record
+from lifecycle.errors import Conflict
 from nodes.cluster.base import ClusterBackend, ClusterError, ClusterNode, ClusterPod, EvictionBlocked, NotFound
 from nodes.contract import (
+    LABEL_DEPLOYMENT,
     LABEL_DEVICE_PLUGIN_CONFIG,
     LABEL_MIG_CAPABLE,
     LABEL_MIG_CONFIG_STATE,
@@ -54,11 +56,10 @@ from rollouts.choices import IN_FLIGHT, NodeState
 from rollouts.configs import publish as publish_configs
 from rollouts.drain_blockers import drain_blockers, drained_pods, skip_reason
 from rollouts.models import NODE_STATES, RollingUpdate, RolloutNode
-from rollouts.restoring import ACTIVE_PLACEMENTS, ACTOR, fail_node, skip_node, want_config
-from scheduler.models import Placement
-from scheduler.services.errors import NoCapacity
-from scheduler.services.placing import release_replica
-from scheduler.services.replacing import give_back_half_placed, is_ready, place_replacement, replacement_index
+from rollouts.restoring import ACTIVE_PLACEMENTS, ACTOR, fail_node, requester_of, skip_node, want_config
+from scheduler.choices import MOVE_FINAL, MoveRequester, MoveStatus
+from scheduler.models import Move, Placement
+from scheduler.services.moving import evict, release_moves, request_move
 
 __all__ = ["ACTOR", "IN_FLIGHT", "advance_node", "cordon_batch", "fail_node", "rolling_back", "skip_node"]
 
@@ -151,44 +152,47 @@ def _prewarm(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
     _check_disruptable(step, _pods_on(step, cluster))
     cluster.cordon(step.node_name)
     sync_inventory(cluster)  # the placement engine reads the cordon from the inventory
-    prewarmed: dict[str, int] = dict(step.progress.get("prewarmed", {}))
-    for old in _replicas_on(step):
-        if str(old.pk) in prewarmed:
-            continue
-        deployment = old.deployment
-        index = replica_index_for(step, old)
-        if give_back_half_placed(deployment, index, cluster=cluster, user=ACTOR,
-                                 reason="reserved by a rollout step that died before its workload was created"):
-            index = replica_index_for(step, old)  # that index is spent now: a fresh one
-        try:  # adopts the copy a run that died placed before it could note it
-            new = place_replacement(deployment, index, cluster=cluster, user=ACTOR)
-        except NoCapacity as error:
-            # Capacity may free up: wait, within the step's timeout.
-            note_waiting(step, f"waiting for room to pre-warm {deployment}: {error}")
-            return
-        prewarmed[str(old.pk)] = new.pk
-        save_progress(step, prewarmed=prewarmed)
-        record(REPLICA_PREWARMED, step, actor=ACTOR,
-               reason=f"{deployment} replica {new.replica_index} placed on {new.node.name if new.node else '?'}",
-               after={"old_placement": old.pk, "new_placement": new.pk})
-    waiting = [p for p in Placement.objects.filter(pk__in=prewarmed.values()).select_related("deployment")
-               if not is_ready(p, cluster)]
+    moves = _ask_for_moves(step, hold=True)
+    _note_moves(step, moves)
+    for move in moves:
+        if move.status in MOVE_FINAL and move.status != MoveStatus.DONE:
+            raise StepFailed(f"{move.deployment} could not be pre-warmed elsewhere: {move.reason}")
+    waiting = [m for m in moves if m.status not in (MoveStatus.REPLACEMENT_READY, MoveStatus.DONE)]
     if waiting:
-        note_waiting(step, f"waiting for {len(waiting)} pre-warmed replica(s) to become ready")
+        blocked = [f"{m.deployment}: {m.blocked_reason}" for m in waiting if m.blocked_reason]
+        note_waiting(step, f"waiting for {len(waiting)} pre-warmed replica(s) to become ready"
+                     + (f" ({'; '.join(blocked)})" if blocked else ""))
         return
-    NODE_STATES.move(step, NodeState.DRAINING, actor=ACTOR, reason=f"{len(prewarmed)} replica(s) ready elsewhere",
+    NODE_STATES.move(step, NodeState.DRAINING, actor=ACTOR, reason=f"{len(moves)} replica(s) ready elsewhere",
                      values={"step_started_at": now})
 
 
 def _drain(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
-    if step.retry_at is not None and now < step.retry_at:
-        return
     pods = _pods_on(step, cluster)
     # Checked before evicting anything (such a pod may have arrived since pre-warming began).
     _check_disruptable(step, pods)
+    # gpuplane's replicas leave through their moves, which evict them now (a replica placed here
+    # since pre-warming began gets its move too).
+    moves = _ask_for_moves(step, hold=False)
+    release_moves(requester_of(step), from_node=step.node_name)
+    _note_moves(step, moves)
+    for move in moves:
+        if move.status in MOVE_FINAL and move.status != MoveStatus.DONE:
+            raise StepFailed(f"{move.deployment} could not be moved off: {move.reason}")
+    moving = [m for m in moves if m.status != MoveStatus.DONE]
+    if moving:
+        blocked = [f"{m.deployment}: {m.blocked_reason}" for m in moving if m.blocked_reason]
+        note_waiting(step, f"waiting for {len(moving)} replica(s) to be evicted"
+                     + (f" ({'; '.join(blocked)})" if blocked else ""))
+        return
+    if step.retry_at is not None and now < step.retry_at:
+        return
+    # Other pods (not gpuplane's: its own leave only through their moves) are evicted directly.
     for pod in pods:
+        if LABEL_DEPLOYMENT in pod.labels:
+            continue
         try:
-            cluster.evict_pod(pod.namespace, pod.name)
+            evict(cluster, pod.namespace, pod.name)
         except NotFound:
             continue
         except EvictionBlocked as error:
@@ -198,17 +202,58 @@ def _drain(step: RolloutNode, cluster: ClusterBackend, now: datetime) -> None:
             record(EVICTION_BLOCKED, step, actor=ACTOR, reason=f"{pod.key}: {error}; retrying after {retry_at:%H:%M:%S}")
             return
         record(POD_EVICTED, step, actor=ACTOR, reason=f"{pod.key} evicted through the Eviction API")
-    # The evicted pods' workloads are pinned to this node: release them, or their ReplicaSets
-    # recreate the pods here.
-    for old in _replicas_on(step):
-        release_replica(old.deployment, old.replica_index, user=ACTOR, cluster=cluster,
-                        reason=f"moved off {step.node_name} for rollout {step.rollout_id}")
     left = [p.key for p in _pods_on(step, cluster)]
     if left:
         note_waiting(step, f"waiting for {', '.join(left)} to leave")
         return
     NODE_STATES.move(step, NodeState.RECONFIGURING, actor=ACTOR, reason="drained", values={"step_started_at": now,
                                                                                   "retry_at": None})
+
+
+def _ask_for_moves(step: RolloutNode, *, hold: bool) -> list[Move]:
+    """The moves of this pass off the node: one per replica on it (asked for now where missing;
+    asking again is the same move). Those of an earlier pass (a rollback's) are not this pass's."""
+    requester = requester_of(step)
+    if "moves_from" not in step.progress:  # this pass's moves are those asked for from now on
+        last = Move.objects.filter(requester=requester).order_by("-pk").values_list("pk", flat=True).first()
+        save_progress(step, moves_from=(last or 0) + 1)
+    since = step.progress["moves_from"]
+    for old in _replicas_on(step):
+        try:
+            request_move(old, why=f"rollout {step.rollout_id} reconfigures {step.node_name}",
+                         requested_by=MoveRequester.ROLLOUT, requester=requester,
+                         timeout_s=settings.ROLLOUT_STEP_TIMEOUT_S, hold=hold)
+        except Conflict:  # another operation moves it off already: the drain waits for it to leave
+            continue
+    return list(Move.objects.filter(requester=requester, from_node=step.node_name, pk__gte=since)
+                .select_related("deployment").order_by("pk"))
+
+
+def _note_moves(step: RolloutNode, moves: list[Move]) -> None:
+    """Audit on the node what its moves did since last seen: a replica pre-warmed, its pod evicted."""
+    prewarmed: dict[str, int] = dict(step.progress.get("prewarmed", {}))
+    evicted: list[int] = list(step.progress.get("evicted", []))
+    blocked: dict[str, str] = dict(step.progress.get("blocked", {}))
+    changed = False
+    for move in moves:
+        if "(429)" in move.blocked_reason and blocked.get(str(move.pk)) != move.blocked_reason:
+            blocked[str(move.pk)] = move.blocked_reason
+            changed = True
+            record(EVICTION_BLOCKED, step, actor=ACTOR, reason=f"{move.blocked_reason}; the mover retries (move {move.pk})")
+        if move.replacement_id is not None and str(move.original_id) not in prewarmed:
+            prewarmed[str(move.original_id)] = move.replacement_id
+            changed = True
+            new = Placement.objects.select_related("node").get(pk=move.replacement_id)
+            record(REPLICA_PREWARMED, step, actor=ACTOR,
+                   reason=f"{move.deployment} replica {new.replica_index} placed on {new.node.name if new.node else '?'}",
+                   after={"old_placement": move.original_id, "new_placement": new.pk, "move": move.pk})
+        if move.evicted_pod and move.pk not in evicted:
+            evicted.append(move.pk)
+            changed = True
+            record(POD_EVICTED, step, actor=ACTOR,
+                   reason=f"{move.evicted_pod} evicted through the Eviction API (move {move.pk})")
+    if changed:
+        save_progress(step, prewarmed=prewarmed, evicted=evicted, blocked=blocked)
 
 
 def _reconfigure(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend, now: datetime) -> None:
@@ -291,18 +336,6 @@ def _allocatable_matches(node: ClusterNode, target: NodeConfig) -> bool:
         return all(node.allocatable.get(f"{RESOURCE_MIG_PREFIX}{profile}") == count * len(node.gpus)
                    for profile, count in target.mig_layout or ())
     return node.allocatable.get(RESOURCE_GPU) == len(node.gpus) * (target.replicas or 1)
-
-
-def replica_index_for(step: RolloutNode, old: Placement) -> int:
-    """The replica index the copy of ``old`` gets, chosen once and persisted before placing it, so
-    a run that dies between placing and noting the copy finds it again instead of placing another."""
-    intents: dict[str, int] = dict(step.progress.get("intents", {}))
-    chosen = intents.get(str(old.pk))
-    index = replacement_index(old.deployment, chosen)
-    if index != chosen:
-        intents[str(old.pk)] = index
-        save_progress(step, intents=intents)
-    return index
 
 
 def _replicas_on(step: RolloutNode) -> list[Placement]:

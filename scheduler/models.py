@@ -14,7 +14,16 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.db.models import Q
 
-from scheduler.choices import DecisionOutcome, DeploymentStatus, PlacementStatus
+from lifecycle.transitions import StateMachine
+from scheduler.choices import (
+    MOVE_FINAL,
+    MOVE_FROM,
+    DecisionOutcome,
+    DeploymentStatus,
+    MoveRequester,
+    MoveStatus,
+    PlacementStatus,
+)
 from scheduler.core import Priority, SharingRequest, WorkloadType
 
 
@@ -201,3 +210,51 @@ class SnapshotChange(models.Model):
 
     def __str__(self) -> str:
         return f"change {self.id}: node {self.node_id}"
+
+
+class Move(models.Model):
+    """One replica moved off its node: replacement first, the original evicted only once it is ready.
+
+    Rollouts, consolidation (and preemption, scale-down) create moves and read their outcomes;
+    ``scheduler.services.moving`` alone advances them (``MOVE_STATES``: planned -> replacement_placed
+    -> replacement_ready -> original_evicting -> done, or failed / rolled_back). ``to_node`` empty:
+    anywhere the placement engine chooses. ``requester`` names the operation that asked
+    ("consolidationplan:4", "rolloutnode:7"), so it finds its moves again.
+    """
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="moves")
+    original = models.ForeignKey(Placement, on_delete=models.CASCADE, related_name="moves_away")
+    replacement = models.ForeignKey(Placement, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    replacement_index = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Replica index chosen (and persisted) before the replacement is placed")
+    from_node = models.CharField(max_length=253)
+    from_partition = models.CharField(max_length=200, blank=True, help_text="What the original held there")
+    to_node = models.CharField(max_length=253, blank=True, help_text="Empty: wherever the placement engine chooses")
+    to_partition = models.CharField(max_length=200, blank=True, help_text="What the replacement was given")
+    why = models.TextField(help_text="Why the replica moves")
+    requested_by = models.CharField(max_length=16, choices=MoveRequester.choices)
+    requester = models.CharField(max_length=64, db_index=True, help_text="The operation that asked, e.g. consolidationplan:4")
+    status = models.CharField(max_length=24, choices=MoveStatus.choices, default=MoveStatus.PLANNED)
+    reason = models.TextField(blank=True, help_text="The latest status change, or why it failed")
+    blocked_reason = models.TextField(blank=True, help_text="The PDB or budget holding it back now, if any")
+    evicted_pod = models.CharField(max_length=253, blank=True)
+    lost = models.BooleanField(default=False, help_text="The original was evicted and the replica did not come back")
+    hold = models.BooleanField(default=False, help_text="The requester lets the original go later (a rollout's drain)")
+    timeout_s = models.PositiveIntegerField(help_text="Seconds it may take before it is given up")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="When the mover first took it up")
+    placed_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    evicted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status"], name="move_status")]
+
+    def __str__(self) -> str:
+        return f"move {self.pk}: {self.deployment} #{self.original.replica_index} off {self.from_node}"
+
+
+MOVE_STATES = StateMachine(Move, MOVE_FROM, final=MOVE_FINAL, finished_field="finished_at")

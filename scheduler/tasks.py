@@ -7,8 +7,12 @@ from collections import Counter
 from celery import Task, shared_task
 from django.conf import settings
 
+from lifecycle.locks import tick_lock
+from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterError
 from scheduler import services
+from scheduler.services import moving
+from scheduler.services.own_pdbs import sync_pdbs
 from scheduler.services.snapshots import trim_changes
 from scheduler.services.workload_mix import refresh_workload_mix
 
@@ -91,3 +95,27 @@ def refresh_workload_mix_task() -> dict[str, int]:
     if mix is None:
         return {"typical_pods": 0, "patterns": 0, "placements": 0}
     return {"typical_pods": len(mix.typical_pods), "patterns": len(mix.patterns), "placements": mix.placements}
+
+
+MOVES_LOCK_KEY = "gpuplane:moves:advance:lock"
+MOVES_TIME_LIMIT_S = 150
+
+
+@shared_task(name="scheduler.tasks.advance_moves_task", soft_time_limit=120, time_limit=MOVES_TIME_LIMIT_S,
+             acks_late=True, reject_on_worker_lost=True)
+def advance_moves_task() -> dict[str, object]:
+    """The mover's tick (beat, every MOVE_INTERVAL_S): gpuplane's own PodDisruptionBudgets brought
+    in line with the deployments, then every move in flight one step further.
+
+    Ticks never overlap (two would place two replacements). Idempotent (each move persists its
+    replica index before placing and adopts what a dead tick placed), so it acknowledges late: a
+    tick lost with its worker is delivered again."""
+    with tick_lock(MOVES_LOCK_KEY, ttl_s=MOVES_TIME_LIMIT_S + 30) as acquired:
+        if not acquired:
+            return {"skipped": True, "reason": "another mover tick is running"}
+        cluster = get_cluster()
+        try:
+            pdbs: dict[str, object] = dict(sync_pdbs(cluster))
+        except ClusterError as error:  # the moves go on: a budget already there is honoured anyway
+            pdbs = {"error": str(error)}
+        return {"pdbs": pdbs, **moving.advance_moves(cluster=cluster)}

@@ -211,6 +211,14 @@ class ClusterBackend(Protocol):
         """PodDisruptionBudgets (policy/v1) of all namespaces."""
         ...
 
+    def apply_pdb(self, pdb: ClusterPDB) -> None:
+        """Create the PodDisruptionBudget, or give the one of that name its selector and budget."""
+        ...
+
+    def delete_pdb(self, namespace: str, name: str) -> None:
+        """Delete the PodDisruptionBudget; one already gone is no error."""
+        ...
+
     def set_node_labels(self, node: str, labels: dict[str, str | None]) -> None:
         """Merge labels; a None value removes the label."""
         ...

@@ -25,7 +25,6 @@ from nodes.cluster.base import (
     Changes,
     ClusterError,
     ClusterNode,
-    ClusterPDB,
     ClusterPod,
     Listing,
     NotFound,
@@ -33,9 +32,10 @@ from nodes.cluster.base import (
 )
 from nodes.cluster.kubernetes_configmaps import ConfigMapCalls
 from nodes.cluster.kubernetes_http import FIELD_MANAGER, MERGE_PATCH, STRATEGIC_MERGE_PATCH, json_content
+from nodes.cluster.kubernetes_pdbs import PDBCalls
 from nodes.cluster.kubernetes_tokenreview import TokenReviewCalls
 from nodes.cluster.manifests import deployment_manifest
-from nodes.cluster.parsing import parse_node, parse_pdb, parse_pod
+from nodes.cluster.parsing import parse_node, parse_pod
 from nodes.cluster.watch_events import node_changes, pod_changes
 
 # Where and how the NVIDIA GPU operator runs its device plugin DaemonSet.
@@ -53,12 +53,13 @@ DEFAULT_REQUEST_TIMEOUT_S = (5.0, 30.0)
 _T = TypeVar("_T")
 
 
-class KubernetesCluster(ConfigMapCalls, TokenReviewCalls):
+class KubernetesCluster(ConfigMapCalls, PDBCalls, TokenReviewCalls):
     """ClusterBackend for a real Kubernetes cluster, reached through `api_client`.
 
     `device_plugin_namespace` is where the NVIDIA device plugin pods run (the GPU operator's
     namespace); `page_size` bounds each list request; `request_timeout_s` is (connect, read).
-    ConfigMaps and TokenReviews are the mixins' (`kubernetes_configmaps`, `kubernetes_tokenreview`)."""
+    ConfigMaps, PodDisruptionBudgets and TokenReviews are the mixins' (`kubernetes_configmaps`,
+    `kubernetes_pdbs`, `kubernetes_tokenreview`)."""
 
     def __init__(
         self,
@@ -155,11 +156,6 @@ class KubernetesCluster(ConfigMapCalls, TokenReviewCalls):
         raw = self._watch("watch pods", self.core.list_pod_for_all_namespaces, resource_version, timeout_s,
                           field_selector=ACTIVE_PODS)
         return pod_changes(raw, resource_version, "watch pods")
-
-    def list_pdbs(self) -> list[ClusterPDB]:
-        """PodDisruptionBudgets (policy/v1) of all namespaces."""
-        items = self._paginate("list poddisruptionbudgets", self.policy.list_pod_disruption_budget_for_all_namespaces)
-        return [parse_pdb(obj) for obj in items]
 
     def workload_ready(self, namespace: str, name: str) -> bool:
         """True when the Deployment's controller has seen its latest spec and all desired replicas are Ready.

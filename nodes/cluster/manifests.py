@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes.cluster.base import ClusterConfigMap, WorkloadSpec
+from nodes.cluster.base import ClusterConfigMap, ClusterPDB, WorkloadSpec
 from nodes.contract import LABEL_APP_NAME, LABEL_MANAGED_BY
 
 
@@ -82,3 +82,15 @@ def pinned_node(manifest: dict[str, Any]) -> str | None:
             if expr.get("key") == "kubernetes.io/hostname" and expr.get("operator") == "In" and expr.get("values"):
                 return expr["values"][0]
     return None
+
+
+def pdb_manifest(pdb: ClusterPDB) -> dict[str, Any]:
+    """A policy/v1 PodDisruptionBudget for `pdb`: its matchLabels and the budget it states."""
+    budget = ({"minAvailable": pdb.min_available} if pdb.min_available is not None
+              else {"maxUnavailable": pdb.max_unavailable})
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": pdb.name, "namespace": pdb.namespace},
+        "spec": {"selector": {"matchLabels": dict(pdb.match_labels)}, **budget},
+    }

@@ -5,7 +5,9 @@
 - ``capacity``: the placement lock, claiming and releasing partitions, namespace quotas;
 - ``placing``: ``place_replicas``, the one way a replica gets capacity;
 - ``releasing``: ``release_replica``, the one way a replica of a live deployment gives it back;
-- ``replacing``: moving a replica replacement first (pre-warm, move-back, consolidation);
+- ``moving``: the mover, the one executor of every move of a replica (rollouts, consolidation), replacement
+  first, evictions through the Eviction API only; ``disruption``: the budgets it honours; ``own_pdbs``:
+  gpuplane's own PodDisruptionBudgets;
 - ``execution``: creating, scaling and deleting workloads on the cluster;
 - ``watching``: watching placed deployments until they run, the sweeper, failing and releasing;
 - ``deploy``: the pipeline the API and the form call (``deploy``, ``delete_deployment``);

@@ -32,6 +32,7 @@ from rollouts.models import RollingUpdate
 from rollouts.reconciler import reconcile
 from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.models import Deployment
+from scheduler.services.moving import advance_moves
 from scheduler.services.watching import watch_deployment
 from tests.cli.running import CLIUser
 from tests.conftest import PASSWORD
@@ -56,6 +57,7 @@ def demo(isolated_cluster_state: str) -> SimulatedCluster:
 def tick(cluster: SimulatedCluster) -> None:
     """What beat and the worker do: a reconciler tick, then the watch of each deployment starting a replica."""
     reconcile(cluster=cluster)
+    advance_moves(cluster=cluster)
     starting = Q(status=DeploymentStatus.PLACED) | Q(placements__status=PlacementStatus.BINDING)
     for pk in Deployment.objects.filter(starting).distinct().values_list("pk", flat=True):
         watch_deployment(pk, cluster=cluster)

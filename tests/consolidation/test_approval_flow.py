@@ -3,18 +3,18 @@ desired on any tick); the cluster changed after approval -> aborted with nothing
 viewers and operators get 403; expired plans cannot be approved (409)."""
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from consolidation import execution
 from consolidation.models import ConsolidationPlan
 from lifecycle.models import AuditEvent
 from scheduler.choices import PlacementStatus
 from scheduler.models import Deployment, Placement
 from scheduler.services.placing import release_replica
+from tests.consolidation.ticks import execute_tick
 from tests.rollouts.simulated import mps_cluster, ready_replicas
 from tests.scheduler.inventory import FakeClock
 
@@ -65,7 +65,7 @@ def test_admin_approves_and_the_plan_runs_replacement_first(spread, admin_user):
     desired = {d.pk: d.replicas for d in Deployment.objects.all()}
     statuses = []
     for _ in range(30):
-        execution.advance_plans(cluster=cluster, now=datetime.fromtimestamp(clock.now, UTC))
+        execute_tick(cluster, clock)
         clock.advance(1)
         served = ready_replicas(cluster)
         assert all(served[pk] >= want for pk, want in desired.items()), f"a replica was dropped: {served}"
@@ -97,7 +97,7 @@ def test_a_cluster_changed_after_approval_aborts_with_no_eviction(spread, admin_
     release_replica(gone.deployment, gone.replica_index, cluster=cluster, reason="test: scaled away")
     pods_before = sorted(p.key for p in cluster.list_gpu_pods())
     active_before = set(Placement.objects.filter(status__in=ACTIVE).values_list("pk", flat=True))
-    execution.advance_plans(cluster=cluster, now=datetime.fromtimestamp(clock.now, UTC))
+    execute_tick(cluster, clock)
     stored = ConsolidationPlan.objects.get(pk=plan["id"])
     assert stored.status == "aborted"
     assert target in stored.reason and "nothing was evicted" in stored.reason

@@ -1,25 +1,24 @@
 """An executor tick killed between reserving a move's replacement and creating its workload.
 
-The replica index of a replacement is chosen and persisted before placing, so a tick that dies
+The plan's move is carried out by the mover (``scheduler.services.moving``), which chooses and
+persists the replacement's replica index on the ``Move`` before placing, so a tick that dies
 after placing adopts the copy next time. But an index whose attempt is over is spent (a replica
-index is never reused, ``scheduler.services.replacing.index_spent``): the next tick must give back
+index is never reused): the next tick must give back
 a reservation the dead tick left (its pod never comes) and place the replacement under a fresh
 index, as rollouts' pre-warming does, instead of waiting on it or failing the move.
 """
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
-from consolidation import execution
 from consolidation.analysis import analyse
 from consolidation.approval import approve
 from consolidation.models import ConsolidationPlan
 from scheduler.choices import PlacementStatus
-from scheduler.models import Placement
+from scheduler.models import Move, Placement
 from scheduler.services import placing
 from scheduler.services.placing import release_replica
+from tests.consolidation.ticks import execute_tick
 from tests.rollouts.simulated import mps_cluster, ready_replicas
 from tests.scheduler.inventory import FakeClock, check_invariants
 
@@ -31,7 +30,7 @@ class WorkerKilled(BaseException):
 
 
 def advance(cluster, clock) -> None:
-    execution.advance_plans(cluster=cluster, now=datetime.fromtimestamp(clock.now, UTC))
+    execute_tick(cluster, clock)
     clock.advance(1)
 
 
@@ -52,9 +51,9 @@ def killed_while_placing(monkeypatch):
         advance(cluster, clock)  # approved -> executing, then the move's first step
     monkeypatch.undo()
     plan.refresh_from_db()
-    entry = plan.progress["moves"]["0"]
-    assert "new" not in entry, "the tick died before noting its replacement"
-    orphan = Placement.objects.get(deployment_id=plan.moves[0]["deployment"], replica_index=entry["index"])
+    move = Move.objects.get(pk=plan.progress["moves"]["0"]["move"])
+    assert move.replacement_id is None, "the tick died before noting its replacement"
+    orphan = Placement.objects.get(deployment_id=plan.moves[0]["deployment"], replica_index=move.replacement_index)
     assert orphan.status == PlacementStatus.RESERVED
     return clock, cluster, plan, orphan
 

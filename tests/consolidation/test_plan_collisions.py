@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.db import close_old_connections, connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from consolidation import execution
 from consolidation.approval import NotAllowed, approve
 from consolidation.models import ConsolidationPlan
 from consolidation.tasks import analyse_consolidation_task
 from lifecycle.models import AuditEvent
 from scheduler.choices import PlacementStatus
 from scheduler.models import Deployment, PartitionHold, Placement
+from tests.consolidation.ticks import execute_tick
 from tests.rollouts.simulated import mps_cluster
 from tests.scheduler.inventory import FakeClock
 
@@ -51,7 +51,7 @@ def admin(admin_user) -> APIClient:
 def execute(clock: FakeClock, cluster, ticks: int = 30) -> None:
     """The executor's ticks, a second apart, until no plan is approved or executing."""
     for _ in range(ticks):
-        execution.advance_plans(cluster=cluster, now=datetime.fromtimestamp(clock.now, UTC))
+        execute_tick(cluster, clock)
         clock.advance(1)
         if not ConsolidationPlan.objects.filter(status__in=("approved", "executing")).exists():
             return
@@ -105,7 +105,7 @@ def test_a_plan_overlapping_an_approved_one_is_refused_and_if_approved_anyway_ab
     ConsolidationPlan.objects.filter(pk=second.pk).update(status="approved")
     held_before = set(PartitionHold.objects.values_list("partition_id", flat=True))
 
-    execution.advance_plans(cluster=cluster, now=datetime.fromtimestamp(clock.now, UTC))
+    execute_tick(cluster, clock)
 
     second.refresh_from_db()
     assert second.status == "aborted" and second.progress == {}

@@ -5,7 +5,7 @@ The demo is what `make run` seeds: `load_demo_cluster --if-empty`, then `load_de
 --if-empty` (three quarter-GPU MPS servers, each alone on a GPU of a100-node-2). The admin runs
 the analysis with the page's button, reads the plan (three moves, three GPUs freed, their price),
 approves it, and the test plays Celery's part: the executor's beat task
-(``execute_consolidations_task``) runs every tick on the simulated cluster, whose pods become
+(``execute_consolidations_task``, with the mover's ``advance_moves_task``) runs every tick on the simulated cluster, whose pods become
 ready on the wall clock, until the plan is executed. The savings page then shows three more GPUs
 saved and the plan's dollars per hour more, and every headline number equals GET /api/v1/savings/.
 A viewer and an operator see the plans without the buttons; a rejection's reason is shown.
@@ -29,6 +29,7 @@ from scheduler.choices import PlacementStatus
 from scheduler.demo import DEMO_DEPLOYMENTS, DEMO_NODE
 from scheduler.models import Deployment, Placement
 from scheduler.services.watching import watch_deployment
+from scheduler.tasks import advance_moves_task
 from tests.e2e.accounts import PASSWORD, VIEWER_NAME, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -123,6 +124,8 @@ def test_an_admin_approves_a_plan_on_the_demo_and_the_savings_page_changes(page:
     # Celery's part: the executor's beat task, tick after tick, on the simulated cluster's clock.
     statuses = []
     for _ in range(100):
+        execute_consolidations_task()
+        advance_moves_task()
         execute_consolidations_task()
         status = ConsolidationPlan.objects.get(pk=plan_id).status
         statuses.append(status)

@@ -39,6 +39,7 @@ from scheduler import services
 from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.models import Deployment
 from scheduler.services import DeploySpec
+from scheduler.services.moving import advance_moves
 from scheduler.services.watching import watch_deployment
 from tests.e2e.accounts import PASSWORD, VIEWER_NAME, sign_in
 
@@ -90,6 +91,7 @@ def tick(cluster: SimulatedCluster) -> None:
     """What Celery does on the server: a reconciler tick (beat), then the watch of every deployment
     being started or starting a replica (the worker's watch task)."""
     reconcile(cluster=cluster)
+    advance_moves(cluster=cluster)  # the mover's beat task: the rollout's moves
     starting = Q(status=DeploymentStatus.PLACED) | Q(placements__status=PlacementStatus.BINDING)
     for pk in Deployment.objects.filter(starting).distinct().values_list("pk", flat=True):
         watch_deployment(pk, cluster=cluster)

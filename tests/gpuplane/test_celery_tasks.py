@@ -16,6 +16,7 @@ IDEMPOTENT = {
     "nodes.tasks.rollup_telemetry_task",
     "rollouts.tasks.reconcile_rollouts_task",
     "consolidation.tasks.execute_consolidations_task",
+    "scheduler.tasks.advance_moves_task",
 }
 # Claim their interval slot first: a delivery again could only skip, so they acknowledge early.
 SLOT_CLAIMED = {

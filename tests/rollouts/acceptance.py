@@ -48,6 +48,7 @@ from rollouts.steps import IN_FLIGHT
 from scheduler import services
 from scheduler.models import Deployment
 from scheduler.services import DeploySpec
+from scheduler.services.moving import advance_moves
 from tests.scheduler.inventory import FakeClock
 
 NODES = tuple(f"gpu-{number}" for number in range(1, 9))
@@ -188,7 +189,9 @@ def run(cluster: SimulatedCluster, clock: FakeClock, rollout: RollingUpdate, che
         ticks: int = 400) -> RollingUpdate:
     """Reconcile tick by tick (1 s of simulated time each) until the rollout leaves running, sampling each tick."""
     for _ in range(ticks):
-        reconcile(cluster=cluster, now=datetime.fromtimestamp(clock.now, UTC))
+        now = datetime.fromtimestamp(clock.now, UTC)
+        reconcile(cluster=cluster, now=now)
+        advance_moves(cluster=cluster, now=now)  # the mover's beat task: the rollout's moves
         clock.advance(1)
         checker.sample()
         rollout.refresh_from_db()

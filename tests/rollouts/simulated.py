@@ -27,6 +27,7 @@ from rollouts.restoring import ACTIVE_PLACEMENTS
 from scheduler import services
 from scheduler.models import Deployment
 from scheduler.services import DeploySpec
+from scheduler.services.moving import advance_moves
 from tests.scheduler.inventory import FakeClock
 
 MPS_2 = NodeConfig.of(SharingMode.MPS, 2)
@@ -67,7 +68,9 @@ def ready_replicas(cluster: SimulatedCluster) -> dict[int, int]:
 
 def tick(cluster: SimulatedCluster, clock: FakeClock, seconds: float = 1.0) -> dict:
     """One reconciler tick at the clock's now, then the clock moves on."""
-    done = reconcile(cluster=cluster, now=datetime.fromtimestamp(clock.now, UTC))
+    now = datetime.fromtimestamp(clock.now, UTC)
+    done = reconcile(cluster=cluster, now=now)
+    advance_moves(cluster=cluster, now=now)  # the mover's beat task: the rollout's moves
     clock.advance(seconds)
     return done
 

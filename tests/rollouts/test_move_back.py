@@ -11,7 +11,7 @@ from rollouts import move_back
 from rollouts.choices import NodeState, RolloutStatus
 from scheduler.choices import PlacementStatus
 from scheduler.models import Deployment, Placement
-from scheduler.services import replacing
+from scheduler.services import moving
 from tests.rollouts.simulated import mps_cluster, ready_replicas
 from tests.rollouts.test_reconciler import run, started
 from tests.scheduler.inventory import FakeClock
@@ -106,21 +106,21 @@ def test_a_tick_killed_right_after_placing_back_adopts_that_replica(monkeypatch)
     cluster = mps_cluster(clock, node_count=3, deployments=1)
     home = Placement.objects.get().node.name
     rollout = started(cluster, names=[home], move_back=True)
-    real = replacing.place_replicas
+    real = moving.place_replicas
     calls = []
 
     def place_then_die(*args, **kwargs):
         placed = real(*args, **kwargs)
-        if kwargs.get("nodes") is None:  # the pre-warm copy (placed anywhere): not the move back
+        if kwargs.get("nodes") != [home]:  # the pre-warm copy (placed anywhere else): not the move back
             return placed
         calls.append(kwargs["nodes"])
         raise WorkerKilled("worker killed")
 
-    monkeypatch.setattr(replacing, "place_replicas", place_then_die)
+    monkeypatch.setattr(moving, "place_replicas", place_then_die)
     with pytest.raises(WorkerKilled):
         run(cluster, clock, rollout)
     assert calls == [[home]]  # placed through the placement services, on that node only
-    monkeypatch.setattr(replacing, "place_replicas", real)
+    monkeypatch.setattr(moving, "place_replicas", real)
 
     rollout = run(cluster, clock, rollout)
 

@@ -21,7 +21,7 @@ from rollouts.choices import NodeState, RolloutStatus
 from rollouts.control import act
 from rollouts.restoring import fail_node
 from scheduler.models import Deployment, Placement
-from scheduler.services import replacing
+from scheduler.services import moving
 from tests.rollouts.simulated import (
     EXCLUSIVE,
     MIG_2X3G,
@@ -153,16 +153,16 @@ def test_a_reconciler_killed_right_after_placing_a_replica_adopts_it_instead_of_
     busy = Node.objects.get(placements__isnull=False).name
     rollout = started(cluster, names=[busy])
     tick(cluster, clock)  # pending -> prewarming
-    real = replacing.place_replicas
+    real = moving.place_replicas
 
     def place_then_die(*args, **kwargs):
         real(*args, **kwargs)
         raise WorkerKilled("worker killed")
 
-    monkeypatch.setattr(replacing, "place_replicas", place_then_die)
+    monkeypatch.setattr(moving, "place_replicas", place_then_die)
     with pytest.raises(WorkerKilled):
         tick(cluster, clock)
-    monkeypatch.setattr(replacing, "place_replicas", real)
+    monkeypatch.setattr(moving, "place_replicas", real)
 
     rollout = run(cluster, clock, rollout)
 

@@ -9,6 +9,7 @@ and the baseline's drop is named (``not_running``), not silent.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -19,8 +20,8 @@ from nodes.inventory.sync import sync_inventory
 from savings.services.current import current_savings
 from savings.services.not_running import not_running
 from scheduler.models import Deployment, Placement
-from scheduler.services.placing import release_replica
-from scheduler.services.replacing import place_replacement, replacement_index
+from scheduler.services.placing import next_replica_index, place_replicas, release_replica
+from scheduler.services.spec import spec_of
 from scheduler.services.watching import watch_deployment
 from tests.rollouts.simulated import MPS_4, mps_cluster
 from tests.scheduler.inventory import FakeClock
@@ -50,7 +51,9 @@ def lose_a_replica(clock: FakeClock, cluster) -> Deployment:
     lost = Deployment.objects.get(name="svc-1")
     original = lost.placements.get()
     target = Placement.objects.get(deployment__name="svc-2").node.name
-    replacement = place_replacement(lost, replacement_index(lost, None), cluster=cluster, user="test", node=target)
+    spec = replace(spec_of(lost), allow_default_scheduler=False)
+    [replacement] = place_replicas(lost, [next_replica_index(lost)], spec=spec, user="test", cluster=cluster,
+                                   nodes=[target])
     clock.advance(3)
     [pod] = [p for p in cluster.list_gpu_pods() if p.labels.get(LABEL_DEPLOYMENT) == str(lost.pk) and p.node_name == target]
     cluster.set_pod_ready(pod.namespace, pod.name, False)

@@ -293,8 +293,8 @@ class SimulatedCluster(ConfigMapAPI, ServiceAccountAPI):
         with self._transaction() as state:
             fixtures.set_pod_ready(state, self._now(), namespace, name, ready)
 
-    def add_pdb(self, namespace: str, name: str, selector: dict[str, str], min_available: int | None = None,
-                *, max_unavailable: int | None = None) -> None:
+    def add_pdb(self, namespace: str, name: str, selector: dict[str, str], min_available: int | str | None = None,
+                *, max_unavailable: int | str | None = None) -> None:
         """Add or replace a policy/v1 PodDisruptionBudget with matchLabels `selector` and one of
         minAvailable or maxUnavailable."""
         with self._transaction() as state:
@@ -303,6 +303,23 @@ class SimulatedCluster(ConfigMapAPI, ServiceAccountAPI):
     def list_pdbs(self) -> list[ClusterPDB]:
         """The stored PodDisruptionBudgets, read by the same parser as the Kubernetes backend's."""
         return self._operate("list_pdbs", lambda s, now: [parse_pdb(s["pdbs"].peek(k)) for k in sorted(s["pdbs"])])
+
+    def apply_pdb(self, pdb: ClusterPDB) -> None:
+        """Create or replace a PodDisruptionBudget (the API server's checks: one budget, int or percent)."""
+        self._operate("apply_pdb", lambda state, now: eviction.put_pdb(
+            state, pdb.namespace, pdb.name, pdb.match_labels, pdb.min_available, pdb.max_unavailable))
+
+    def delete_pdb(self, namespace: str, name: str) -> None:
+        """Delete a PodDisruptionBudget; one already gone is no error (as the backends agree)."""
+        def action(state: State, now: float) -> None:
+            if f"{namespace}/{name}" in state["pdbs"]:
+                del state["pdbs"][f"{namespace}/{name}"]
+        self._operate("delete_pdb", action)
+
+    def pdb_status(self, namespace: str, name: str) -> dict[str, int]:
+        """The budget's ``status`` as the disruption controller would write it (disruptionsAllowed...)."""
+        with self._transaction() as state:
+            return eviction.pdb_status(state, state["pdbs"][f"{namespace}/{name}"])
 
     def inject_fault(self, operation: str, message: str = "injected fault", times: int = 1) -> None:
         """Make the next `times` calls of the ClusterBackend method `operation` raise ClusterError(message).

@@ -1,29 +1,41 @@
 """The Eviction API in the simulator, with policy/v1 PodDisruptionBudgets.
 
 As in Kubernetes: DaemonSet pods are left alone (drains skip them), a pod matched by several
-budgets cannot be evicted, and a budget blocks an eviction (HTTP 429) that would leave fewer
-healthy pods than its minAvailable. Pending, Succeeded and Failed pods ignore budgets. An evicted
+budgets cannot be evicted, and a budget blocks an eviction (HTTP 429) unless its
+``status.disruptionsAllowed`` (computed as the disruption controller does: minAvailable or
+maxUnavailable, an int or a percentage of the pods it selects rounded up, see
+``nodes.cluster.disruption``) is above 0; a running but unready pod may go while the budget's
+desired healthy count is met (the default IfHealthyBudget policy). Pending, Succeeded and Failed
+pods ignore budgets. An evicted
 Deployment pod is recreated by its ReplicaSet under a new name (see `workloads`), and so is another
 team's pod with a ReplicaSet owner (`replica_sets`); a bare pod is gone for good. Each eviction
 is an `Evicted` event in the record, told apart from every other way a pod can go.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from nodes.cluster.base import ClusterError, EvictionBlocked, NotFound
+from nodes.cluster.disruption import desired_healthy
+from nodes.cluster.parsing import parse_pdb
 from nodes.cluster.sim.objects import REMOVED_EVICTED, TERMINAL_PHASES, is_ready, owner_kind, phase, remove_pod
 from nodes.cluster.sim.store import State
 
 EVICTION_BLOCKED_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
+_PERCENT = re.compile(r"[0-9]+%")
 
 
-def put_pdb(state: State, namespace: str, name: str, selector: dict[str, str], min_available: int | None = None,
-            max_unavailable: int | None = None) -> None:
+def put_pdb(state: State, namespace: str, name: str, selector: dict[str, str], min_available: int | str | None = None,
+            max_unavailable: int | str | None = None) -> None:
     """Add or replace a PodDisruptionBudget that selects pods by matchLabels `selector`, with
-    exactly one of minAvailable and maxUnavailable (as the API server requires)."""
+    exactly one of minAvailable and maxUnavailable, each an int >= 0 or a "N%" (as the API server
+    requires)."""
     if (min_available is None) == (max_unavailable is None):
         raise ClusterError("a PodDisruptionBudget takes exactly one of minAvailable and maxUnavailable")
+    value = min_available if min_available is not None else max_unavailable
+    if not (isinstance(value, int) and value >= 0) and not (isinstance(value, str) and _PERCENT.fullmatch(value)):
+        raise ClusterError(f"a PodDisruptionBudget's budget must be an integer >= 0 or a percentage, not {value!r}")
     budget = {"minAvailable": min_available} if min_available is not None else {"maxUnavailable": max_unavailable}
     state["pdbs"][f"{namespace}/{name}"] = {
         "apiVersion": "policy/v1",
@@ -59,20 +71,26 @@ def evict_pod(state: State, namespace: str, name: str, now: float) -> None:
     remove_pod(state, now, key, REMOVED_EVICTED, "evicted through the Eviction API")
 
 
-def _check_budget(state: State, pdb: dict[str, Any], pod: dict[str, Any]) -> None:
-    """Raise EvictionBlocked when evicting `pod` would leave fewer healthy pods than the budget allows."""
+def pdb_status(state: State, pdb: dict[str, Any]) -> dict[str, int]:
+    """The budget's status as the disruption controller writes it: expectedPods (the pods it
+    selects, not finished), currentHealthy (those ready), desiredHealthy, disruptionsAllowed."""
     namespace = pdb["metadata"]["namespace"]
     selected = [other for key, other in state["pods"].items()
                 if key.startswith(f"{namespace}/") and _selector_matches(pdb, other)
                 and phase(other) not in TERMINAL_PHASES]
     healthy = sum(1 for other in selected if is_ready(other))
-    spec = pdb["spec"]
-    # maxUnavailable counts against the pods expected (here: those selected, ready or not).
-    min_available = spec["minAvailable"] if "minAvailable" in spec else len(selected) - spec["maxUnavailable"]
-    # IfHealthyBudget (the default policy): a ready pod needs a spare healthy pod; a running
-    # but unready one may go while the budget is met.
-    remaining = healthy - 1 if is_ready(pod) else healthy
-    if remaining < min_available:
+    desired = desired_healthy(parse_pdb(pdb), len(selected))
+    return {"expectedPods": len(selected), "currentHealthy": healthy, "desiredHealthy": desired,
+            "disruptionsAllowed": max(0, healthy - desired)}
+
+
+def _check_budget(state: State, pdb: dict[str, Any], pod: dict[str, Any]) -> None:
+    """Raise EvictionBlocked when the budget allows no disruption now."""
+    status = pdb_status(state, pdb)
+    # IfHealthyBudget (the default policy): a running but unready pod may go while the budget is met.
+    if not is_ready(pod) and status["currentHealthy"] >= status["desiredHealthy"]:
+        return
+    if status["disruptionsAllowed"] < 1:
         raise EvictionBlocked(EVICTION_BLOCKED_MESSAGE)
 
 

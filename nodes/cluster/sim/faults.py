@@ -15,6 +15,8 @@ OPERATIONS = frozenset(
         "list_nodes",
         "list_gpu_pods",
         "list_pdbs",
+        "apply_pdb",
+        "delete_pdb",
         "set_node_labels",
         "cordon",
         "uncordon",

@@ -80,3 +80,26 @@ def test_daemonset_pods_are_not_evicted(cluster):
         cluster.evict_pod("gpu-operator", plugin["metadata"]["name"])
     with pytest.raises(NotFound):
         cluster.evict_pod("ml", "ghost")
+
+
+@pytest.mark.parametrize(("budget", "status"), [
+    # 4 selected, 3 ready. minAvailable 75% of 4 = 3 -> 3 - 3 = 0 allowed.
+    ({"min_available": "75%"}, {"expectedPods": 4, "currentHealthy": 3, "desiredHealthy": 3, "disruptionsAllowed": 0}),
+    # maxUnavailable 50% of 4 = 2 -> desired 4 - 2 = 2 -> 3 - 2 = 1 allowed.
+    ({"max_unavailable": "50%"}, {"expectedPods": 4, "currentHealthy": 3, "desiredHealthy": 2, "disruptionsAllowed": 1}),
+    # maxUnavailable 30% of 4 = 1.2, rounded up to 2 (as the disruption controller does) -> 1 allowed.
+    ({"max_unavailable": "30%"}, {"expectedPods": 4, "currentHealthy": 3, "desiredHealthy": 2, "disruptionsAllowed": 1}),
+    ({"min_available": 2}, {"expectedPods": 4, "currentHealthy": 3, "desiredHealthy": 2, "disruptionsAllowed": 1}),
+])
+def test_percent_budgets_are_computed_as_the_disruption_controller_does(cluster, budget, status):
+    cluster.add_gpu_node("gpu-1", gpu_count=4, **A100_80)
+    for name in ("a", "b", "c"):
+        cluster.run_pod("ml", name, "gpu-1", resources=gpu(1), labels={"app": "x"})
+    cluster.run_pod("ml", "d", "gpu-1", resources=gpu(1), labels={"app": "x"}, ready=False)
+    cluster.add_pdb("ml", "x", {"app": "x"}, **budget)
+    assert cluster.pdb_status("ml", "x") == status
+    if status["disruptionsAllowed"]:
+        cluster.evict_pod("ml", "a")
+    else:
+        with pytest.raises(EvictionBlocked):
+            cluster.evict_pod("ml", "a")

@@ -2,7 +2,9 @@
 simulator answering the same call from its stored PDBs."""
 from __future__ import annotations
 
-from nodes.cluster.base import ClusterPDB
+import pytest
+
+from nodes.cluster.base import ClusterError, ClusterPDB
 from nodes.cluster.sim import SimulatedCluster
 from tests.nodes.kubernetes import api_objects as k8s
 
@@ -40,3 +42,39 @@ def test_the_simulator_lists_the_pdbs_it_stores(tmp_path):
         ClusterPDB("batch", "train", {"team": "ml"}, max_unavailable=1),
         ClusterPDB("serving", "chat", {"app.kubernetes.io/name": "chat"}, min_available=2),
     ]
+
+
+PDBS = "/apis/policy/v1/namespaces/serving/poddisruptionbudgets"
+CHAT = ClusterPDB("serving", "chat", {"gpuplane.io/deployment": "7"}, max_unavailable=1)
+
+
+def test_a_pdb_is_created_and_one_that_exists_is_merge_patched(kube, cluster):
+    kube.on("POST", PDBS, k8s.status_error(409, "AlreadyExists", "poddisruptionbudgets \"chat\" already exists"),
+            status=409)
+    kube.on("PATCH", f"{PDBS}/chat", pdb("serving", "chat", {}))
+
+    cluster.apply_pdb(CHAT)
+
+    create, patch = kube.requests
+    body = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat", "namespace": "serving"},
+            "spec": {"selector": {"matchLabels": {"gpuplane.io/deployment": "7"}}, "maxUnavailable": 1}}
+    assert (create.method, create.param("fieldManager"), create.body) == ("POST", "gpuplane", body)
+    assert (patch.method, patch.content_type, patch.body) == ("PATCH", "application/merge-patch+json", body)
+
+
+def test_deleting_a_pdb_that_is_gone_is_no_error(kube, cluster):
+    kube.on("DELETE", f"{PDBS}/chat", k8s.not_found("poddisruptionbudgets", "chat"), status=404)
+    cluster.delete_pdb("serving", "chat")
+    assert (kube.only_request().method, kube.only_request().path) == ("DELETE", f"{PDBS}/chat")
+
+
+def test_the_simulator_applies_and_deletes_pdbs_and_refuses_a_bad_budget(tmp_path):
+    sim = SimulatedCluster(str(tmp_path / "state.json"))
+    sim.apply_pdb(CHAT)
+    sim.apply_pdb(ClusterPDB("serving", "chat", {"gpuplane.io/deployment": "7"}, min_available="50%"))
+    assert sim.list_pdbs() == [ClusterPDB("serving", "chat", {"gpuplane.io/deployment": "7"}, min_available="50%")]
+    with pytest.raises(ClusterError, match="percentage"):
+        sim.apply_pdb(ClusterPDB("serving", "bad", {}, max_unavailable="half"))
+    sim.delete_pdb("serving", "chat")
+    sim.delete_pdb("serving", "chat")
+    assert sim.list_pdbs() == []

@@ -1,0 +1,40 @@
+"""PodDisruptionBudgets for gpuplane's own deployments (docs/design.md section 5a).
+
+A deployment with more than one replica gets ``gpuplane-deployment-<id>`` in its namespace,
+selecting its pods (``gpuplane.io/deployment=<id>``) with ``maxUnavailable: 1``: the Eviction
+API then lets one of its replicas go at a time, whoever evicts (gpuplane's mover, a drain, the
+cluster autoscaler). ``sync_pdbs`` reconciles them with the deployments, as a controller would:
+it creates what is missing, corrects what differs, and deletes the ones whose deployment is
+gone or down to one replica (a one-replica budget of maxUnavailable 1 protects nothing).
+"""
+from __future__ import annotations
+
+from nodes.cluster.base import ClusterBackend, ClusterPDB
+from nodes.contract import LABEL_DEPLOYMENT
+from scheduler.models import Deployment
+from scheduler.services.watching import ACTIVE
+
+PDB_PREFIX = "gpuplane-deployment-"
+MAX_UNAVAILABLE = 1
+
+
+def pdb_for(deployment: Deployment) -> ClusterPDB:
+    """The budget ``deployment`` should have (whether it has more than one replica or not)."""
+    return ClusterPDB(namespace=deployment.namespace, name=f"{PDB_PREFIX}{deployment.pk}",
+                      match_labels={LABEL_DEPLOYMENT: str(deployment.pk)}, max_unavailable=MAX_UNAVAILABLE)
+
+
+def sync_pdbs(cluster: ClusterBackend) -> dict[str, int]:
+    """Create, correct or delete gpuplane's own PDBs; how many of each. ClusterError propagates."""
+    want = {pdb.key: pdb for pdb in map(pdb_for, Deployment.objects.filter(status__in=ACTIVE, replicas__gt=1))}
+    have = {pdb.key: pdb for pdb in cluster.list_pdbs() if pdb.name.startswith(PDB_PREFIX)}
+    counts = {"applied": 0, "deleted": 0}
+    for key, pdb in want.items():
+        if have.get(key) != pdb:
+            cluster.apply_pdb(pdb)
+            counts["applied"] += 1
+    for key, pdb in have.items():
+        if key not in want:
+            cluster.delete_pdb(pdb.namespace, pdb.name)
+            counts["deleted"] += 1
+    return counts
