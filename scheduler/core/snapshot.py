@@ -278,9 +278,11 @@ class ClusterSnapshot:
         self._floats[:, i] = [row.floats[name] for name in FLOAT_COLUMNS]
         self._bools[:, i] = [row.bools[name] for name in BOOL_COLUMNS]
         count = len(node.gpus)
-        self._gpu_ints[:, i] = 0
-        self._gpu_bools[:, i] = False
-        self._gpu_floats[:, i] = np.nan
+        if count < self.gpu_slots:  # padding GPUs; a full row is overwritten below
+            self._gpu_ints[:, i] = 0
+            self._gpu_bools[:, i] = False
+            self._gpu_floats[:, i] = np.nan
+            self.gpu_mig_free[i] = 0
         self._offers[:, i] = self._offer_fill[:, None]
         self._offer_bits[:, i] = 0
         if row.offers:
@@ -290,7 +292,6 @@ class ClusterSnapshot:
             self._gpu_ints[:, i, :count] = [row.gpu_ints[name] for name in GPU_INT_COLUMNS]
             self._gpu_bools[:, i, :count] = [row.gpu_bools[name] for name in GPU_BOOL_COLUMNS]
             self._gpu_floats[:, i, :count] = [row.gpu_floats[name] for name in GPU_FLOAT_COLUMNS]
-        self.gpu_mig_free[i] = 0
         if count:
             self.gpu_mig_free[i, :count] = row.gpu_mig_free
         self.mig_free[i] = self.gpu_mig_free[i].sum(axis=0)  # one numpy sum, not a Python one per profile
