@@ -166,7 +166,8 @@ class Scheduler:
             raws[row] = plugin.score(state, nodes)
             norms[row] = plugin.normalize(state, raws[row])
         # One range check for all plugins; name the culprit only when it fails.
-        if len(nodes) and (norms.min() < 0 or norms.max() > MAX_SCORE):
+        # (Read as unsigned, a negative score is huge: one comparison tests both ends.)
+        if len(nodes) and (norms.view(np.uint64) > MAX_SCORE).any():
             for row, (plugin, _weight) in enumerate(plugins):
                 low, high = int(norms[row].min()), int(norms[row].max())
                 if low < 0 or high > MAX_SCORE:

@@ -101,6 +101,26 @@ def _facts(model_keys: tuple[str, ...], values: dict[str, np.ndarray], column: i
     }
 
 
+def _facts_lists(model_keys: tuple[str, ...], values: dict[str, np.ndarray]) -> list[dict[str, object]]:
+    """``_facts`` of every kept node, from each column's ``tolist()`` (same values)."""
+    columns = {name: column.tolist() for name, column in values.items()}
+    return [
+        {
+            "gpu_model": model_keys[model_id] or "unknown",
+            "sharing_mode": str(MODES[mode_id]),
+            "replicas": replicas,
+            "utilization_pct": round(util, 1),
+            "load_pct": round(load, 1),
+            "free_whole_gpus": whole,
+            "free_milli": free,
+            "cpu_free_milli": None if cpu >= UNKNOWN_HOST_FREE else cpu,
+            "memory_free_mib": None if memory >= UNKNOWN_HOST_FREE else memory,
+        }
+        for model_id, mode_id, replicas, util, load, whole, free, cpu, memory in zip(
+            *(columns[name] for name in _FACT_COLUMNS), strict=True)
+    ]
+
+
 def _host(value: np.integer) -> int | None:
     return None if int(value) >= UNKNOWN_HOST_FREE else int(value)
 
@@ -158,6 +178,31 @@ class ScoreMatrix:
 
     def order_ids(self) -> list[int]:
         return self.ids.tolist()
+
+    def row_dicts(self) -> list[dict[str, object]]:
+        """``[row.to_dict() for row in self.rows()]``, built from the arrays' ``tolist()`` in one
+        pass: the stored matrix of every decision is serialized on the deploy path, and 50 rows x
+        7 plugins of dataclasses cost several milliseconds there."""
+        scale = max(sum(round(w * self.weight_scale) for w in self.weights), 1)
+        raw, normalized, weighted = self.raw.T.tolist(), self.normalized.T.tolist(), self.weighted_milli.T.tolist()
+        totals = self.totals_milli.tolist()
+        facts = _facts_lists(self._model_keys, self._fact_values)
+        plugins = tuple(enumerate(zip(self.plugin_names, self.weights, strict=True)))
+        out: list[dict[str, object]] = []
+        for column, name in enumerate(self.names):
+            raw_c, normalized_c, weighted_c = raw[column], normalized[column], weighted[column]
+            out.append({
+                "node": name,
+                "feasible": True,
+                "rank": column + 1,
+                "total": round(totals[column] / scale, 3),
+                "scores": [{"plugin": plugin, "raw": raw_c[row], "normalized": normalized_c[row], "weight": weight,
+                            "weighted": round(weighted_c[row] / scale, 3)} for row, (plugin, weight) in plugins],
+                "reason": "",
+                "detail": "",
+                "facts": facts[column],
+            })
+        return out
 
     def rows(self) -> list[NodeVerdict]:
         # Thousandths of a weight x points -> points of the weighted mean (0..TOTAL_SCALE).
@@ -284,6 +329,11 @@ class ScheduleResult:
         """Feasible nodes kept (best first), with their per-plugin breakdown."""
         return self.matrix.rows() if self.matrix is not None else []
 
+    def _scored_dicts(self) -> list[dict[str, object]]:
+        if "scored_rows" in self.__dict__:  # already materialized: the same rows
+            return [row.to_dict() for row in self.scored_rows]
+        return self.matrix.row_dicts() if self.matrix is not None else []
+
     @property
     def rows(self) -> list[NodeVerdict]:
         """Every row kept: scored nodes best first, then rejected examples in node order."""
@@ -336,5 +386,5 @@ class ScheduleResult:
             "diagnosis": self.diagnosis.to_dict(),
             "feasible_nodes": self.matrix.feasible if self.matrix is not None else 0,
             "idle_gpus": self.idle_gpus,
-            "rows": [row.to_dict() for row in self.rows],
+            "rows": self._scored_dicts() + [row.to_dict() for row in self.rejected_rows],
         }

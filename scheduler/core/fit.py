@@ -175,12 +175,7 @@ def evaluate_fit(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> Fi
     if need.kinds == _ALL_KINDS and min(demands) == max(demands):
         share_ok = snapshot.offer_share_milli >= demands[0]  # one demand for every kind: no gather
     else:
-        # The least share per offer kind (index kind + 1; -1 = no offer); a kind the request
-        # does not accept demands more than any unit has.
-        demand = np.full(len(KIND_ID) + 1, SHARE_MILLI_FULL + 1, dtype=np.int32)
-        for accepted in need.kinds:
-            demand[KIND_ID[accepted] + 1] = need.min_share(accepted)
-        share_ok = snapshot.offer_share_milli >= demand[snapshot.offer_kind + 1]
+        share_ok = _share_ok(snapshot, need)
     usable = share_ok & (snapshot.offer_memory_mib >= need.memory_mib)
     if usable.shape[1] == 8:
         usable_words = row_words(usable).take(nodes)
@@ -191,13 +186,44 @@ def evaluate_fit(snapshot: ClusterSnapshot, need: Need, nodes: np.ndarray) -> Fi
         fits = usable.take(nodes, axis=0).any(axis=1)
         share_any = share_ok.take(nodes, axis=0).any(axis=1)
         first = np.argmax(usable.take(nodes, axis=0), axis=1)
-    code = np.where(fits, FITS, np.where(share_any, NO_MEMORY,
-                                         np.where(snapshot.offer_count.take(nodes) > 0, NO_SHARE, NO_FREE_UNIT)))
-    kind = np.where(fits, pick(snapshot.offer_kind, nodes, first), -1)
-    unit = np.where(fits, pick(snapshot.offer_share_milli, nodes, first), 0)
+    block = np.empty((5, len(nodes)), dtype=np.int64)
+    block[0] = nodes
+    # FITS 0, NO_MEMORY 1, NO_SHARE 2, NO_FREE_UNIT 3 as a sum of flags: a fitting unit has the
+    # share, and a unit with the share is an offer (an empty slot's share fails every demand).
+    code = block[1]
+    np.logical_not(fits, out=code, casting="unsafe")
+    code += ~share_any
+    code += snapshot.offer_count.take(nodes) == 0
+    kind = block[2]
+    kind[:] = pick(snapshot.offer_kind, nodes, first)
+    kind[~fits] = -1
+    unit = block[3]
     # A weighted-MPS placement gets exactly its share, whatever is free on the GPU.
-    unit = np.where(kind == KIND_WEIGHTED, need.share_milli, unit)
-    return FitTable(nodes, code, kind, unit, first)
+    unit[:] = np.where(kind == KIND_WEIGHTED, need.share_milli, pick(snapshot.offer_share_milli, nodes, first))
+    unit[kind < 0] = 0
+    block[4] = first
+    return FitTable._from_block(block)
+
+
+def _share_ok(snapshot: ClusterSnapshot, need: Need) -> np.ndarray:
+    """Per offer: its share covers what the request demands of its kind (an offer of a kind the
+    request does not accept never does). The accepted kinds are grouped by demand (typically
+    two groups: the request's share, and 0 for the kinds sized by memory), and an offer's kind is
+    tested against a group with one AND of its kind bit (``offer_kind_bit``), not gathered."""
+    groups: dict[int, int] = {}
+    for accepted in need.kinds:
+        demand = need.min_share(accepted)
+        groups[demand] = groups.get(demand, 0) | (1 << KIND_ID[accepted])
+    bits = snapshot.offer_kind_bit
+    share_ok: np.ndarray | None = None
+    for demand, mask in groups.items():
+        member = (bits & mask) != 0
+        # An empty slot's share (-1) fails every demand and its kind bit (0) every mask.
+        part = member if demand <= 0 else (snapshot.offer_share_milli >= demand) & member
+        share_ok = part if share_ok is None else share_ok | part
+    if share_ok is None:  # pragma: no cover - a GPU request accepts at least one kind
+        return np.zeros(bits.shape, dtype=np.bool_)
+    return share_ok
 
 
 WEIGHTED_GANG = frozenset({PartitionKind.MPS_WEIGHTED})

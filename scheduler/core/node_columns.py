@@ -89,9 +89,14 @@ GPU_INT_COLUMNS: tuple[str, ...] = (
 # Offers: (nodes, offer_slots), 8 wide unless some node has more (a weighted-MPS node of more
 # than 8 GPUs); at 8 wide a node's booleans are one uint64 word (``row_words``).
 OFFER_COLUMNS: tuple[str, ...] = ("offer_share_milli", "offer_memory_mib", "offer_kind", "offer_mig_row", "offer_gpu")
+# Per offer, 1 << its kind id (0 for an empty slot), uint8: "is this offer of one of these kinds"
+# is one AND with a mask over a quarter of the bytes of a kind gather (``scheduler.core.fit``).
+OFFER_BIT_COLUMNS: tuple[str, ...] = ("offer_kind_bit",)
 GPU_BOOL_COLUMNS: tuple[str, ...] = ("gpu_present", "gpu_whole_free")
 GPU_FLOAT_COLUMNS: tuple[str, ...] = ("gpu_util_pct", "gpu_memory_used_pct")
-OFFER_FILL = {"offer_kind": -1, "offer_mig_row": -1, "offer_gpu": -1}  # an empty offer slot; others fill with 0
+# An empty offer slot; others fill with 0. Its share of -1 fails every demand, 0 included (a
+# memory-sized kind demands no share), so fit needs no separate "is there an offer" mask.
+OFFER_FILL = {"offer_share_milli": -1, "offer_kind": -1, "offer_mig_row": -1, "offer_gpu": -1}
 # Static properties interned into node groups: a filter decides once per group, not per node.
 GROUP_COLUMNS = ("ready", "cordoned", "model_id", "mode_id", "replicas", "has_mig_gpu", "taint_set_id")
 BOOL_GROUP_COLUMNS = frozenset({"ready", "cordoned", "has_mig_gpu"})

@@ -36,6 +36,7 @@ from scheduler.core.node_columns import (
     GPU_INT_COLUMNS,
     GROUP_COLUMNS,
     INT_COLUMNS,
+    OFFER_BIT_COLUMNS,
     OFFER_COLUMNS,
     OFFER_FILL,
     node_row,
@@ -106,6 +107,8 @@ class ClusterSnapshot:
     offer_kind: np.ndarray
     offer_mig_row: np.ndarray
     offer_gpu: np.ndarray
+    # (nodes, offer_slots) uint8
+    offer_kind_bit: np.ndarray
     # per node group (``group_id`` indexes them)
     group_ready: np.ndarray
     group_cordoned: np.ndarray
@@ -169,6 +172,7 @@ class ClusterSnapshot:
         self._gpu_floats = np.full((len(GPU_FLOAT_COLUMNS), count, gpu_slots), np.nan, dtype=np.float32)
         self._offers = np.zeros((len(OFFER_COLUMNS), count, offer_slots), dtype=np.int32)
         self._offers[:] = self._offer_fill[:, None, None]
+        self._offer_bits = np.zeros((len(OFFER_BIT_COLUMNS), count, offer_slots), dtype=np.uint8)
         self.gpu_mig_free = np.zeros((count, gpu_slots, MIG_PROFILE_ROWS), dtype=np.int16)
         self.mig_free = np.zeros((count, MIG_PROFILE_ROWS), dtype=np.int64)
         self._bind_views()
@@ -176,14 +180,15 @@ class ClusterSnapshot:
     def _bind_views(self) -> None:
         for block, names in ((self._ints, INT_COLUMNS), (self._floats, FLOAT_COLUMNS), (self._bools, BOOL_COLUMNS),
                              (self._gpu_ints, GPU_INT_COLUMNS), (self._gpu_bools, GPU_BOOL_COLUMNS),
-                             (self._gpu_floats, GPU_FLOAT_COLUMNS), (self._offers, OFFER_COLUMNS)):
+                             (self._gpu_floats, GPU_FLOAT_COLUMNS), (self._offers, OFFER_COLUMNS),
+                             (self._offer_bits, OFFER_BIT_COLUMNS)):
             for position, name in enumerate(names):
                 setattr(self, name, block[position])
 
     def _resize(self, count: int, gpu_slots: int, offer_slots: int) -> None:
         """Reallocate for ``count`` nodes and wider GPU / offer columns, keeping existing rows."""
         old = (self._ints, self._floats, self._bools, self._gpu_ints, self._gpu_bools, self._gpu_floats,
-               self.gpu_mig_free, self.mig_free, self._offers)
+               self.gpu_mig_free, self.mig_free, self._offers, self._offer_bits)
         rows = old[0].shape[1]
         slots = old[3].shape[2]
         offers = old[8].shape[2]
@@ -197,6 +202,7 @@ class ClusterSnapshot:
         self.gpu_mig_free[:rows, :slots] = old[6]
         self.mig_free[:rows] = old[7]
         self._offers[:, :rows, :offers] = old[8]
+        self._offer_bits[:, :rows, :offers] = old[9]
         self.gpu_slots = gpu_slots
         self.offer_slots = offer_slots
 
@@ -272,17 +278,20 @@ class ClusterSnapshot:
         self._floats[:, i] = [row.floats[name] for name in FLOAT_COLUMNS]
         self._bools[:, i] = [row.bools[name] for name in BOOL_COLUMNS]
         count = len(node.gpus)
-        self._gpu_ints[:, i] = 0
-        self._gpu_bools[:, i] = False
-        self._gpu_floats[:, i] = np.nan
+        if count < self.gpu_slots:  # padding GPUs; a full row is overwritten below
+            self._gpu_ints[:, i] = 0
+            self._gpu_bools[:, i] = False
+            self._gpu_floats[:, i] = np.nan
+            self.gpu_mig_free[i] = 0
         self._offers[:, i] = self._offer_fill[:, None]
+        self._offer_bits[:, i] = 0
         if row.offers:
             self._offers[:, i, : len(row.offers)] = list(zip(*row.offers, strict=True))
+            self._offer_bits[0, i, : len(row.offers)] = [1 << offer[2] for offer in row.offers]
         if count:
             self._gpu_ints[:, i, :count] = [row.gpu_ints[name] for name in GPU_INT_COLUMNS]
             self._gpu_bools[:, i, :count] = [row.gpu_bools[name] for name in GPU_BOOL_COLUMNS]
             self._gpu_floats[:, i, :count] = [row.gpu_floats[name] for name in GPU_FLOAT_COLUMNS]
-        self.gpu_mig_free[i] = 0
         if count:
             self.gpu_mig_free[i, :count] = row.gpu_mig_free
         self.mig_free[i] = self.gpu_mig_free[i].sum(axis=0)  # one numpy sum, not a Python one per profile
@@ -355,7 +364,7 @@ class ClusterSnapshot:
         snapshots that interned in a different order still compare equal.
         """
         names = (INT_COLUMNS + FLOAT_COLUMNS + BOOL_COLUMNS + GPU_INT_COLUMNS + GPU_BOOL_COLUMNS
-                 + GPU_FLOAT_COLUMNS + OFFER_COLUMNS)
+                 + GPU_FLOAT_COLUMNS + OFFER_COLUMNS + OFFER_BIT_COLUMNS)
         out: dict[str, np.ndarray] = {name: getattr(self, name) for name in names}
         out["model_id"] = np.array([self.models.keys[m] for m in self.model_id], dtype=object)
         out["taint_set_id"] = np.array([repr(self.taint_sets[t]) for t in self.taint_set_id], dtype=object)

@@ -69,7 +69,7 @@ class CapabilityMatch(PreFilterPlugin, FilterPlugin):
 
     def filter(self, state: CycleState, nodes: np.ndarray) -> np.ndarray:
         by_group, selector = state.data[self.NAME]
-        code = by_group[state.snapshot.group_id.take(nodes)]
+        code = by_group.take(state.snapshot.group_id.take(nodes))
         if selector is not None:
             # Labels rank after model (1, 2) and before taints (4).
             code = np.where((code != 1) & (code != 2) & ~selector.take(nodes), 3, code)

@@ -24,4 +24,4 @@ class NodeSchedulable(FilterPlugin):
     def filter(self, state: CycleState, nodes: np.ndarray) -> np.ndarray:
         snapshot = state.snapshot
         by_group = np.where(~snapshot.group_ready, 1, np.where(snapshot.group_cordoned, 2, 0))
-        return by_group[snapshot.group_id.take(nodes)]
+        return by_group.take(snapshot.group_id.take(nodes))

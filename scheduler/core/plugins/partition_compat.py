@@ -23,20 +23,34 @@ class PartitionCompat(ScorePlugin):
 
     NAME = "PartitionCompat"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._tables: dict[int, np.ndarray] = {}
+
     def score(self, state: CycleState, nodes: np.ndarray) -> np.ndarray:
         fit = state.fit(nodes)
         need = state.need
-        # Unit shares are 0..1000: a lookup table of 100 x s // u (0 for "no unit") replaces a
-        # per-node integer division, which numpy does slowly.
-        units = np.arange(SHARE_MILLI_FULL + 1)
-        table = np.minimum(100 * need.share_milli // np.maximum(units, 1), 100)
-        table[0] = 0
-        raw = table[fit.unit_share_milli]
-        mig = fit.kind == KIND_MIG
-        if mig.any():
-            memory = pick(state.snapshot.offer_memory_mib, fit.nodes, np.maximum(fit.offer, 0)).astype(np.int64)
-            by_memory = np.minimum(100 * need.memory_mib // np.maximum(memory, 1), 100)
+        raw = self._table(need.share_milli).take(fit.unit_share_milli)
+        kind = fit.kind
+        mig = np.flatnonzero(kind == KIND_MIG)
+        if len(mig):
+            # MIG units only: a gather and a division over those rows, not over every node.
+            memory = pick(state.snapshot.offer_memory_mib, fit.nodes.take(mig), np.maximum(fit.offer.take(mig), 0))
+            by_memory = np.minimum(100 * need.memory_mib // np.maximum(memory.astype(np.int64), 1), 100)
             if need.min_share(PartitionKind.MIG):
-                by_memory = np.maximum(raw, by_memory)
-            raw = np.where(mig, by_memory, raw)
-        return raw >> (fit.kind == KIND_TIMESLICE)  # halved on time-slicing
+                by_memory = np.maximum(raw.take(mig), by_memory)
+            raw[mig] = by_memory
+        timeslice = kind == KIND_TIMESLICE
+        return raw >> timeslice if timeslice.any() else raw  # halved on time-slicing
+
+    def _table(self, share_milli: int) -> np.ndarray:
+        """100 x s // u for every unit share u of 0..1000 (0 for "no unit"): a lookup replaces a
+        per-node integer division, which numpy does slowly. Kept per share (a few classes)."""
+        table = self._tables.get(share_milli)
+        if table is None:
+            units = np.arange(SHARE_MILLI_FULL + 1)
+            table = np.minimum(100 * share_milli // np.maximum(units, 1), 100)
+            table[0] = 0
+            if len(self._tables) < 64:
+                self._tables[share_milli] = table
+        return table

@@ -23,4 +23,12 @@ class PowerEfficiency(ScorePlugin):
         top = int(raw.max()) if len(raw) else 0
         if top <= 0:
             return np.zeros_like(raw)
-        return raw * 100 // top
+        return floor_ratio(raw * 100, top)
+
+
+def floor_ratio(numerator: np.ndarray, denominator: int | np.ndarray) -> np.ndarray:
+    """``numerator // denominator`` for non-negative integers below 2**31 (and a positive
+    denominator), through float64: numpy's integer division is several times slower. Exact: the
+    quotient's rounding error (2**-53 relative) is far below its distance to the next integer
+    from below (at least 1 / denominator)."""
+    return (numerator / denominator).astype(np.int64)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from scheduler.core.framework import CycleState, ScorePlugin
+from scheduler.core.plugins.power_efficiency import floor_ratio
 from scheduler.core.types import Priority
 
 
@@ -34,11 +35,11 @@ class PriorityPower(ScorePlugin):
         priority = Priority(state.request.priority)
         if priority == Priority.HIGH:
             top = int(raw.max())
-            return raw * 100 // top if top > 0 else np.zeros_like(raw)
+            return floor_ratio(raw * 100, top) if top > 0 else np.zeros_like(raw)
         if priority == Priority.LOW:
             positive = raw[raw > 0]
             if len(positive) == 0:
                 return np.zeros_like(raw)
             low = int(positive.min())
-            return np.where(raw > 0, low * 100 // np.maximum(raw, 1), 0)
+            return np.where(raw > 0, floor_ratio(np.full(len(raw), low * 100), np.maximum(raw, 1)), 0)
         return raw

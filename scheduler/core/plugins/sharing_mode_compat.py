@@ -90,7 +90,7 @@ class SharingModeCompat(PreFilterPlugin, FilterPlugin):
         return code
 
     def filter(self, state: CycleState, nodes: np.ndarray) -> np.ndarray:
-        return state.data[self.NAME][state.snapshot.group_id.take(nodes)]
+        return state.data[self.NAME].take(state.snapshot.group_id.take(nodes))
 
     def explain(self, state: CycleState, node: int, code: int) -> str:
         snapshot = state.snapshot

@@ -50,4 +50,4 @@ class WorkloadAffinity(ScorePlugin):
         return table
 
     def score(self, state: CycleState, nodes: np.ndarray) -> np.ndarray:
-        return self._table(state)[state.snapshot.model_id.take(nodes)]
+        return self._table(state).take(state.snapshot.model_id.take(nodes))

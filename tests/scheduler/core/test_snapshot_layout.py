@@ -12,12 +12,13 @@ from scheduler.core.node_columns import (
     GPU_INT_COLUMNS,
     GROUP_COLUMNS,
     INT_COLUMNS,
+    OFFER_BIT_COLUMNS,
     OFFER_COLUMNS,
 )
 from tests.scheduler.core.builders import demo_nodes
 
 PER_NODE = (INT_COLUMNS + FLOAT_COLUMNS + BOOL_COLUMNS + GPU_INT_COLUMNS + GPU_BOOL_COLUMNS + GPU_FLOAT_COLUMNS
-            + OFFER_COLUMNS)
+            + OFFER_COLUMNS + OFFER_BIT_COLUMNS)
 PER_GROUP = tuple(f"group_{name}" for name in GROUP_COLUMNS)
 LAYOUT = PER_NODE + PER_GROUP
 
