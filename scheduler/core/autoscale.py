@@ -19,16 +19,18 @@ Policies:
   a 10 % tolerance, scale-up stabilization 0 s (the lowest recommendation of the window), scale-
   down 300 s (the highest), rate limits of its default behavior (up: max(100 %, 4 pods) per 15 s;
   down: 100 % per 15 s).
-- ``gpuplane`` (default): sizes for the measured arrival rate against the replica capacity it
-  predicts (corrected by feedback), with headroom for the load growth that can happen while a new
-  replica cold-starts (``headroom = growth_per_min x (cold_start_s + up_window_s) / 60``: the
-  threshold follows the measured cold start), and scales up at once when the queue crosses the
-  backlog that the ready replicas can clear inside the TTFT objective. A crossing acts after
-  ``up_window_s`` (10 s, the 15 s promise minus one sample); scale-down takes the highest
-  recommendation of the last ``down_window_s`` (300 s) and never happens while the SLO is at
-  risk (queue over threshold or TTFT p95 over the objective). Efficiency and cost never decide
-  *whether*: they rank *where* a new replica goes (``rank_targets``) and *which* leaves first
-  (``choose_victim``).
+- ``gpuplane`` (default): sizes for the measured arrival rate (smoothed over ``smoothing_s``)
+  against the replica capacity it predicts (corrected by feedback), with margins for what a cold
+  start cannot follow: the load's rising trend times the measured cold start (``trend_weight``),
+  a fixed ``growth_per_min`` over the cold start (``cold_start_headroom``: the threshold follows
+  the measured cold start), and a square-root-staffing margin for sub-minute bursts
+  (``burst_margin``). It scales up once the recommendation has exceeded the replicas for
+  ``up_window_s`` (10 s: the 15 s promise less one 5 s sample), and at once when the queue
+  crosses what the ready replicas clear inside part of the TTFT objective (``queue_threshold``).
+  Scale-down takes the highest recommendation of the last ``down_window_s`` (300 s), waits
+  300 s after any change and never happens while the SLO is at risk (queue over its threshold
+  or TTFT p95 over the objective). Efficiency and cost never decide *whether*: they rank
+  *where* a new replica goes (``rank_targets``) and *which* leaves first (``choose_victim``).
 - ``static``: never changes anything (the ``static-peak`` baseline of the replay).
 
 A sample with a required series missing, NaN or infinite, or older than ``max_sample_age_s``
@@ -115,11 +117,14 @@ class AutoscaleSettings:
     # gpuplane
     ttft_slo_s: float = 2.0
     tpot_slo_s: float = 0.2
-    growth_per_min: float = 0.5
+    growth_per_min: float = 0.05
     default_cold_start_s: float = 60.0
     up_window_s: float = 10.0
     down_window_s: float = 300.0
     queue_budget_fraction: float = 0.5
+    burst_margin: float = 0.25
+    smoothing_s: float = 60.0
+    trend_weight: float = 2.0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, base: AutoscaleSettings | None = None) -> AutoscaleSettings:
@@ -163,6 +168,9 @@ class ScalingState:
     last_down_at: float | None = None
     recommendations: tuple[tuple[float, int], ...] = ()
     changes: tuple[tuple[float, int], ...] = field(default=())  # (time, new replicas), hpa rate limits
+    load_rps: float = 0.0  # gpuplane: smoothed arrivals (requests/s) as of ``load_at``
+    load_at: float | None = None
+    trend_rps_per_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -347,6 +355,13 @@ def _hpa(sample: Sample, state: ScalingState, now: float, s: AutoscaleSettings) 
                              **{stamp: now})
 
 
+def _ewma(previous: float, value: float, elapsed: float, time_constant: float) -> float:
+    if time_constant <= 0 or elapsed <= 0:
+        return value if elapsed > 0 or time_constant <= 0 else previous
+    weight = 1 - math.exp(-elapsed / time_constant)
+    return previous + weight * (value - previous)
+
+
 def cold_start_headroom(cold_start_s: float, settings: AutoscaleSettings) -> float:
     """Extra capacity, as a fraction of the load, for the growth that may come while a new replica
     starts: the longer the measured cold start, the earlier gpuplane scales."""
@@ -375,10 +390,24 @@ def _gpuplane(sample: Sample, state: ScalingState, now: float,
     # Requests waiting beyond what the replicas asked for (starting ones included) clear within
     # the TTFT objective are extra load; a new replica helps with it only after its cold start.
     backlog_rps = max(0.0, queue - queue_threshold(capacity, state.replicas, s)) / (cold_start + s.ttft_slo_s)
-    sized = math.ceil((arrival * (1 + headroom) + backlog_rps) / capacity - 1e-9)
-    recommendation = clamp(max(sized, 1), s)
+    # The load is smoothed (exponentially, time constant ``smoothing_s``) so that a noisy window
+    # neither scales up nor, through the scale-down window's maximum, holds replicas; a queue over
+    # the threshold (SLO at risk) sizes for the raw rate at once.
+    smoothed = arrival if state.load_at is None else _ewma(state.load_rps, arrival, now - state.load_at, s.smoothing_s)
+    # The load's trend (requests/s per second, smoothed alike): what it adds during a cold start.
+    slope = 0.0 if state.load_at is None or now <= state.load_at else (smoothed - state.load_rps) / (now - state.load_at)
+    trend = slope if state.load_at is None else _ewma(state.trend_rps_per_s, slope, now - state.load_at, s.smoothing_s)
     at_risk = queue > threshold or (sample.ttft_p95_s is not None and sample.ttft_p95_s > s.ttft_slo_s)
-    inputs = {**sample.to_dict(), "headroom": round(headroom, 4), "queue_threshold": round(threshold, 3),
+    load = max(arrival, smoothed) if at_risk else smoothed
+    # Square-root staffing (Halfin-Whitt): a margin for the sub-minute bursts of the arrivals that
+    # no cold start can follow, growing with the square root of the offered load.
+    rising = max(0.0, trend) * (cold_start + s.up_window_s) * s.trend_weight
+    offered = (load * (1 + headroom) + rising + backlog_rps) / capacity
+    sized = math.ceil(offered + s.burst_margin * math.sqrt(offered) - 1e-9)
+    recommendation = clamp(max(sized, 1), s)
+    state = replace(state, load_rps=smoothed, load_at=now, trend_rps_per_s=trend)
+    inputs = {**sample.to_dict(), "smoothed_rps": round(smoothed, 4), "headroom": round(headroom, 4),
+              "queue_threshold": round(threshold, 3),
               "recommended": recommendation, "slo_at_risk": at_risk}
     history = _windowed(state, now, recommendation, s.down_window_s)
     up = recommendation > state.replicas
