@@ -91,3 +91,13 @@ def refresh_workload_mix_task() -> dict[str, int]:
     if mix is None:
         return {"typical_pods": 0, "patterns": 0, "placements": 0}
     return {"typical_pods": len(mix.typical_pods), "patterns": len(mix.patterns), "placements": mix.placements}
+
+
+@shared_task(name="scheduler.tasks.autoscale_deployments_task", soft_time_limit=120, time_limit=150)
+def autoscale_deployments_task() -> dict[str, int]:
+    """Sample every autoscaled deployment, learn from it and apply its policy
+    (``services.autoscaling.autoscale_all``); runs from beat every ``AUTOSCALE_INTERVAL_S``.
+    Returns how many evaluations ended how (applied, held, no-decision, ...)."""
+    from scheduler.services.autoscaling import autoscale_all
+
+    return autoscale_all()
