@@ -29,7 +29,7 @@ from scheduler import services
 from scheduler.choices import DecisionOutcome
 from scheduler.core import Priority, SharingRequest, WorkloadType
 from scheduler.label_lines import parse_arguments, parse_env, parse_labels
-from scheduler.models import Decision, Deployment, Placement
+from scheduler.models import Decision, Deployment, Placement, ScalingEvent
 from scheduler.services import container
 
 
@@ -279,6 +279,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "latency_slo_ms", "namespace", "labels", "sharing", "share_percent", "cpu", "memory",
             "enable_gpu_selection", "image", "command", "args", "env", "status", "message",
             "created_by", "created_at", "updated_at", "placed_at", "placements", "decision",
+            "autoscale_policy", "autoscale_settings", "autoscale_native",
         ]
         read_only_fields = fields
 
@@ -360,3 +361,29 @@ class DeployFailedSerializer(serializers.Serializer):
 
 class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
+
+
+class DeploymentPatchSerializer(serializers.Serializer):
+    """What PATCH may change: the replicas (by hand, through the placement engine) and autoscaling."""
+
+    replicas = serializers.IntegerField(required=False, help_text="Replicas wanted; new ones are placed one by one")
+    autoscale_policy = serializers.ChoiceField(required=False, allow_blank=True,
+                                               choices=["", "gpuplane", "hpa", "seed", "static"],
+                                               help_text="The autoscaling policy; empty turns autoscaling off")
+    autoscale_settings = serializers.DictField(child=serializers.FloatField(), required=False,
+                                               help_text="Overrides of the autoscale settings (names -> numbers)")
+    autoscale_native = serializers.BooleanField(required=False,
+                                                help_text="Write a Kubernetes HPA instead of gpuplane's own loop")
+
+    def validate(self, attrs: dict) -> dict:
+        if not attrs:
+            raise serializers.ValidationError("nothing to change: give replicas or autoscale_* fields")
+        return attrs
+
+
+class ScalingEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ScalingEvent
+        fields = ["id", "at", "policy", "action", "replicas_before", "replicas_after", "inputs", "decision",
+                  "outcome", "message", "actor"]
+        read_only_fields = fields

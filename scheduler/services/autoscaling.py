@@ -278,3 +278,47 @@ def autoscale_all(*, cluster: ClusterBackend | None = None, now: datetime | None
         key = event.outcome if event is not None else "not recorded"
         counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def configure_autoscaling(deployment: Deployment, *, user: Any, policy: str | None = None,
+                          overrides: Any = None, native: bool | None = None) -> Deployment:
+    """Change a deployment's autoscaling (policy, overrides, native mode); one audit event."""
+    new_policy = deployment.autoscale_policy if policy is None else policy
+    new_overrides = deployment.autoscale_settings if overrides is None else overrides
+    checked = validate_autoscale(new_policy, new_overrides)
+    new_native = deployment.autoscale_native if native is None else bool(native)
+    if new_native and new_policy not in ("seed", "hpa", "gpuplane"):
+        raise InvalidRequest({"autoscale_native": ["native mode needs a policy: seed, hpa or gpuplane"]})
+    before = {"autoscale_policy": deployment.autoscale_policy, "autoscale_settings": deployment.autoscale_settings,
+              "autoscale_native": deployment.autoscale_native}
+    after = {"autoscale_policy": new_policy, "autoscale_settings": checked, "autoscale_native": new_native}
+    if before == after:
+        return deployment
+    deployment.autoscale_policy, deployment.autoscale_settings, deployment.autoscale_native = (
+        new_policy, checked, new_native)
+    if before["autoscale_policy"] != new_policy:
+        deployment.autoscale_state = {}  # another policy's memory means nothing to this one
+    deployment.save(update_fields=["autoscale_policy", "autoscale_settings", "autoscale_native",
+                                   "autoscale_state", "updated_at"])
+    record("deployment.autoscale", deployment, actor=user, reason="autoscaling changed", before=before, after=after)
+    return deployment
+
+
+def native_hpa(deployment: Deployment) -> dict[str, Any]:
+    """The autoscaling/v2 HPA of a deployment in native mode (its first workload as the target)."""
+    from scheduler.core.autoscale_hpa import hpa_manifest
+    from scheduler.services.monitoring import measured_cold_start_s, predicted_capacity
+
+    placements = active_placements(deployment)
+    if not deployment.autoscale_policy or not placements:
+        raise Conflict(f"{deployment} has no autoscaling policy or no running workload to scale")
+    config = autoscale_settings(deployment)
+    first = placements[0]
+    gpu_model = first.node.gpu_model if first.node is not None else ""
+    return hpa_manifest(name=f"{deployment.name}-hpa"[:63], namespace=deployment.namespace,
+                        deployment_id=str(deployment.pk), target_name=first.workload_name or deployment.name,
+                        policy=deployment.autoscale_policy if deployment.autoscale_policy != "static" else "hpa",
+                        settings=config,
+                        capacity_rps_per_replica=predicted_capacity(gpu_model, first.sharing, first.share_milli,
+                                                                    config.tpot_slo_s),
+                        cold_start_s=measured_cold_start_s(deployment))
