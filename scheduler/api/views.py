@@ -20,7 +20,6 @@ from rest_framework.viewsets import GenericViewSet
 from gpuplane.roles import OPERATOR
 from gpuplane.strict_input import StrictQueryParametersMixin
 from scheduler import services
-from scheduler.services import autoscaling
 from scheduler.api.serializers import (
     DeployFailedSerializer,
     DeploymentCreateSerializer,
@@ -33,6 +32,7 @@ from scheduler.api.serializers import (
 )
 from scheduler.filtersets import DeploymentFilterSet
 from scheduler.models import Deployment, Placement, ScalingEvent
+from scheduler.services import autoscaling
 
 
 class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, StrictQueryParametersMixin, GenericViewSet):

@@ -350,9 +350,10 @@ def _hpa(sample: Sample, state: ScalingState, now: float, s: AutoscaleSettings) 
     decision = _change("hpa", state, wanted, reason, inputs, s)
     if not decision.changes:
         return decision, replace(state, changes=changes)
-    stamp = "last_up_at" if decision.action == UP else "last_down_at"
-    return decision, replace(state, replicas=decision.replicas, changes=changes + ((now, current),),
-                             **{stamp: now})
+    state = replace(state, replicas=decision.replicas, changes=changes + ((now, current),))
+    if decision.action == UP:
+        return decision, replace(state, last_up_at=now)
+    return decision, replace(state, last_down_at=now)
 
 
 def _ewma(previous: float, value: float, elapsed: float, time_constant: float) -> float:

@@ -100,12 +100,10 @@ def adjust_weights(weights: Mapping[str, float], defaults: Mapping[str, float], 
     """One bounded update of the learning weights (names of ``defaults``); plugins without an
     error count as average (they neither gain nor lose by themselves)."""
     names = list(defaults)
-    clean = {n: min(1.0, max(0.0, errors.get(n, math.nan))) if math.isfinite(errors.get(n, math.nan)) else None
+    clean = {n: min(1.0, max(0.0, errors[n])) for n in names if n in errors and math.isfinite(errors[n])}
+    mean = sum(clean.values()) / len(clean) if clean else 0.0
+    moved = {n: weights.get(n, defaults[n]) + settings.rate * (mean - clean.get(n, mean)) * defaults[n]
              for n in names}
-    known = [e for e in clean.values() if e is not None]
-    mean = sum(known) / len(known) if known else 0.0
-    moved = {n: weights.get(n, defaults[n]) + settings.rate * (mean - (clean[n] if clean[n] is not None else mean))
-             * defaults[n] for n in names}
     return project(moved, defaults, settings.band)
 
 
