@@ -27,7 +27,6 @@ from nodes.cluster.base import ClusterError
 from nodes.models import Node
 from nodes.vocabulary import MIB_PER_GB
 from scheduler import services
-from scheduler.services.autoscaling import timeline
 from scheduler.choices import DeploymentStatus
 from scheduler.filtersets import DeploymentFilterSet
 from scheduler.forms import DeployForm
@@ -38,6 +37,7 @@ from scheduler.matrix_view import (
     rejection_rows,
 )
 from scheduler.models import Decision, Deployment, Placement
+from scheduler.services.autoscaling import timeline
 from scheduler.workloads import host_requests
 
 # Badge modifier per deployment status; every badge also carries the status in words.
