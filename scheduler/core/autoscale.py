@@ -125,6 +125,7 @@ class AutoscaleSettings:
     burst_margin: float = 0.25
     smoothing_s: float = 60.0
     trend_weight: float = 2.0
+    down_step_interval_s: float = 300.0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, base: AutoscaleSettings | None = None) -> AutoscaleSettings:
@@ -428,6 +429,7 @@ def _gpuplane(sample: Sample, state: ScalingState, now: float,
                      f"{s.up_window_s:g} s", inputs), state
     # Down: the highest recommendation of the window, only once a full window has been seen since
     # the last change, and never while the SLO is at risk.
+    last_up = state.last_up_at
     last_change = max((t for t in (state.last_up_at, state.last_down_at) if t is not None), default=None)
     window_start = history[0][0]
     seen_window = now - window_start >= s.down_window_s - 1e-9 or (last_change is not None and now - last_change >= s.down_window_s)
@@ -435,8 +437,10 @@ def _gpuplane(sample: Sample, state: ScalingState, now: float,
     if wanted < state.replicas:
         if at_risk:
             return _hold("gpuplane", state, "fewer replicas would do, but the SLO is at risk", inputs), state
-        if last_change is not None and now - last_change < s.down_window_s:
-            return _hold("gpuplane", state, f"scale-down waits {s.down_window_s:g} s after the last change", inputs), state
+        if last_up is not None and now - last_up < s.down_window_s:
+            return _hold("gpuplane", state, f"scale-down waits {s.down_window_s:g} s after a scale-up", inputs), state
+        if state.last_down_at is not None and now - state.last_down_at < s.down_step_interval_s:
+            return _hold("gpuplane", state, f"scale-down steps are {s.down_step_interval_s:g} s apart", inputs), state
         if not seen_window:
             return _hold("gpuplane", state, f"scale-down needs {s.down_window_s:g} s of recommendations", inputs), state
         reason = f"at most {wanted} needed over the last {s.down_window_s:g} s"
