@@ -29,6 +29,8 @@ ENDPOINTS: tuple[tuple[str, str, str], ...] = (
     ("deployments", "scheduler-api:deployment-list", ""),
     ("deployment", "scheduler-api:deployment-list", "{pk}/"),
     ("deployment-decision", "scheduler-api:deployment-list", "{pk}/decision/"),
+    ("deployment-scaling", "scheduler-api:deployment-list", "{pk}/scaling/"),
+    ("deployment-hpa", "scheduler-api:deployment-list", "{pk}/hpa/"),
     ("rollouts", "rollouts-api:rollout-list", ""),
     ("rollout", "rollouts-api:rollout-list", "{pk}/"),
     ("rollout-events", "rollouts-api:rollout-list", "{pk}/events/"),

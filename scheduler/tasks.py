@@ -119,3 +119,13 @@ def advance_moves_task() -> dict[str, object]:
         except ClusterError as error:  # the moves go on: a budget already there is honoured anyway
             pdbs = {"error": str(error)}
         return {"pdbs": pdbs, **moving.advance_moves(cluster=cluster)}
+
+
+@shared_task(name="scheduler.tasks.autoscale_deployments_task", soft_time_limit=120, time_limit=150)
+def autoscale_deployments_task() -> dict[str, int]:
+    """Sample every autoscaled deployment, learn from it and apply its policy
+    (``services.autoscaling.autoscale_all``); runs from beat every ``AUTOSCALE_INTERVAL_S``.
+    Returns how many evaluations ended how (applied, held, no-decision, ...)."""
+    from scheduler.services.autoscaling import autoscale_all
+
+    return autoscale_all()

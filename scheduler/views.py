@@ -37,6 +37,7 @@ from scheduler.matrix_view import (
     rejection_rows,
 )
 from scheduler.models import Decision, Deployment, Placement
+from scheduler.services.autoscaling import timeline
 from scheduler.workloads import host_requests
 
 # Badge modifier per deployment status; every badge also carries the status in words.
@@ -186,9 +187,21 @@ class DeploymentDetailView(RoleRequiredMixin, DetailView):
             can_delete=has_role(self.request.user, OPERATOR) and deployment.status != DeploymentStatus.DELETED,
             chart_top_nodes=CHART_TOP_NODES,
             events=services.deployment_events(deployment),
+            **_scaling_context(deployment),
             audit_api_query=f"object_type=scheduler.deployment&object_id={deployment.pk}",
         )
         return context
+
+
+def _scaling_context(deployment: Deployment) -> dict[str, Any]:
+    """The scaling timeline's chart data (oldest first) and the changes table (newest first)."""
+    events = timeline(deployment)
+    data = [{"at": e.at.isoformat(), "replicas": e.replicas_after, "action": e.action, "outcome": e.outcome,
+             "policy": e.policy, "reason": (e.decision or {}).get("reason", e.message),
+             "queue": (e.inputs or {}).get("queue"), "arrival_rps": (e.inputs or {}).get("arrival_rps"),
+             "ttft_p95_s": (e.inputs or {}).get("ttft_p95_s")} for e in events]
+    changes = [e for e in reversed(events) if e.action in ("up", "down")][:20]
+    return {"scaling_timeline": data, "scaling_changes": changes}
 
 
 class DeploymentDeleteView(RoleRequiredMixin, View):

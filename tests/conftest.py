@@ -107,6 +107,19 @@ def fresh_workload_mix():
 
 
 @pytest.fixture(autouse=True)
+def fresh_learned_weights():
+    """The feedback's learned weights are published in the shared cache (scheduler.services.feedback)."""
+    from django.core.cache import caches
+
+    from scheduler.services.feedback import CACHE_KEY
+
+    cache = caches["default"]
+    cache.delete(CACHE_KEY)
+    yield
+    cache.delete(CACHE_KEY)
+
+
+@pytest.fixture(autouse=True)
 def fresh_agent_reviews():
     """Node agents' token reviews are cached per process (nodes.agent_identity)."""
     from nodes.agent_identity import REVIEWS

@@ -1,4 +1,4 @@
-"""`/api/v1/deployments/`: deploy, list, read, read the decision matrix, delete.
+"""`/api/v1/deployments/`: deploy, list, read, read the decision matrix, scale (PATCH), delete.
 
 The viewset only translates HTTP to ``scheduler.services`` calls and their outcomes to status
 codes: 201 placed; 400 invalid input (field messages); 409 nothing fits (``NoCapacity``: the
@@ -24,15 +24,19 @@ from scheduler.api.serializers import (
     DeployFailedSerializer,
     DeploymentCreateSerializer,
     DeploymentDecisionsSerializer,
+    DeploymentPatchSerializer,
     DeploymentSerializer,
     ErrorSerializer,
     NoCapacitySerializer,
+    ScalingEventSerializer,
 )
 from scheduler.filtersets import DeploymentFilterSet
-from scheduler.models import Deployment, Placement
+from scheduler.models import Deployment, Placement, ScalingEvent
+from scheduler.services import autoscaling
 
 
 class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, StrictQueryParametersMixin, GenericViewSet):
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
     serializer_class = DeploymentSerializer
     filterset_class = DeploymentFilterSet
     write_role = OPERATOR
@@ -76,6 +80,50 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Strict
         deployment = self.get_object()
         services.delete_deployment(deployment, user=request.user)  # a ClusterError is a 502
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        request=DeploymentPatchSerializer,
+        responses={
+            200: DeploymentSerializer,
+            400: OpenApiResponse(description="Invalid input: messages per field"),
+            409: OpenApiResponse(ErrorSerializer, description="Not active, or no new replica could be placed"),
+        },
+    )
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        """Change replicas by hand (new ones through the placement engine, each with its decision;
+        removed ones through the scale-down path) and/or the deployment's autoscaling."""
+        deployment = self.get_object()
+        serializer = DeploymentPatchSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        if {"autoscale_policy", "autoscale_settings", "autoscale_native"} & set(data):
+            autoscaling.configure_autoscaling(deployment, user=request.user, policy=data.get("autoscale_policy"),
+                                              overrides=data.get("autoscale_settings"),
+                                              native=data.get("autoscale_native"))
+        event = None
+        if "replicas" in data:
+            event = autoscaling.scale_deployment(deployment, data["replicas"], user=request.user)
+        body = self.get_serializer(self.get_queryset().get(pk=deployment.pk)).data
+        if event is not None:
+            body = {**body, "scaling": ScalingEventSerializer(event).data}
+            if event.outcome == ScalingEvent.Outcome.FAILED:
+                return Response({"detail": event.message or "no replica could be changed", **body},
+                                status=status.HTTP_409_CONFLICT)
+        return Response(body)
+
+    @extend_schema(responses={200: ScalingEventSerializer(many=True)}, filters=False)
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def scaling(self, request: Request, pk: str | None = None) -> Response:
+        """The deployment's scaling events (the timeline), oldest first."""
+        deployment = self.get_object()
+        return Response(ScalingEventSerializer(autoscaling.timeline(deployment), many=True).data)
+
+    @extend_schema(responses={200: OpenApiResponse(description="An autoscaling/v2 HorizontalPodAutoscaler")},
+                   filters=False)
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def hpa(self, request: Request, pk: str | None = None) -> Response:
+        """The native mode's HorizontalPodAutoscaler for this deployment's policy."""
+        return Response(autoscaling.native_hpa(self.get_object()))
 
     @extend_schema(responses={200: DeploymentDecisionsSerializer}, filters=False)
     @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)

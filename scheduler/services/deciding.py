@@ -41,6 +41,8 @@ from scheduler.core.advice import charge, explain_unplaced
 from scheduler.core.profiles import PROFILES
 from scheduler.core.wording import nodes_that
 from scheduler.services.errors import NoCapacity
+from scheduler.services.feedback import PROFILE as FEEDBACK_PROFILE
+from scheduler.services.feedback import apply_learned, learned
 from scheduler.services.spec import DeploySpec
 from scheduler.services.workload_mix import WorkloadMix, current_workload_mix
 
@@ -62,7 +64,7 @@ def placement_scheduler() -> Scheduler:
     key = (name, id(getattr(settings, "SCHEDULER_PROFILES", None)), settings.DECISION_MATRIX_TOP_K,
            settings.IDLE_UTILIZATION_PCT, settings.IDLE_MEMORY_PCT,
            json.dumps(getattr(settings, "SCHEDULER_CLASSIFICATION", {}), sort_keys=True),
-           None if mix is None else mix.version)
+           None if mix is None else mix.version, _learned_version(name))
     scheduler = _SCHEDULERS.get(key)
     if scheduler is None:
         scheduler = _build_scheduler(name, mix)
@@ -88,6 +90,7 @@ def _build_scheduler(name: str, mix: WorkloadMix | None) -> Scheduler:
                               **getattr(settings, "SCHEDULER_CLASSIFICATION", {})}
     if mix is not None:
         _observed_workload(data, mix)
+    apply_learned(data, name)  # the feedback's learned weights and correction factors
     try:
         return Scheduler(build_profile(data))
     except (ProfileError, ValueError, KeyError) as error:
@@ -95,6 +98,10 @@ def _build_scheduler(name: str, mix: WorkloadMix | None) -> Scheduler:
 
 
 _SCHEDULERS: dict[tuple[Any, ...], Scheduler] = {}
+
+
+def _learned_version(name: str) -> int | None:
+    return learned().get("version") if name == FEEDBACK_PROFILE else None
 
 
 def _observed_workload(data: dict[str, Any], mix: WorkloadMix) -> None:

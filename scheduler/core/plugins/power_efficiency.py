@@ -1,6 +1,8 @@
 """Score PowerEfficiency: GPUs that do more work per watt score higher."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from scheduler.core.framework import CycleState, ScorePlugin
@@ -12,12 +14,24 @@ class PowerEfficiency(ScorePlugin):
 
     H100-SXM5-80GB: 1000 x 989 / 700 = 1412; A100-SXM4-40GB: 1000 x 312 / 400 = 780.
     With both feasible: H100 100 x 1412 // 1412 = 100, A100 100 x 780 // 1412 = 55.
+
+    ``corrections`` (GPU model -> measured / predicted throughput, the feedback's correction
+    factors, docs/concepts.md "Feedback") scale the catalog figure: a model that delivers 60 %
+    of what its datasheet promises scores 60 % of its catalog efficiency.
     """
 
     NAME = "PowerEfficiency"
 
+    def __init__(self, corrections: Mapping[str, float] | None = None) -> None:
+        self.corrections = {str(k): float(v) for k, v in (corrections or {}).items()}
+
     def score(self, state: CycleState, nodes: np.ndarray) -> np.ndarray:
-        return state.snapshot.milli_tflops_per_w.take(nodes)
+        raw = state.snapshot.milli_tflops_per_w.take(nodes)
+        if not self.corrections:
+            return raw
+        keys = state.snapshot.models.keys
+        factors = np.array([self.corrections.get(keys[m], 1.0) for m in range(len(keys))], dtype=np.float64)
+        return (raw * factors.take(state.snapshot.model_id.take(nodes))).astype(raw.dtype)
 
     def normalize(self, state: CycleState, raw: np.ndarray) -> np.ndarray:
         top = int(raw.max()) if len(raw) else 0

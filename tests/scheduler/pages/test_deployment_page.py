@@ -120,3 +120,23 @@ def test_an_operator_deletes_after_confirming(operator_client, demo):
     body = response.content.decode()
     assert "Deleted default/app; its GPUs are released." in body
     assert f'href="/deployments/{deployment.pk}/delete/"' not in body  # nothing left to delete
+
+
+# ---- the scaling timeline ------------------------------------------------------------------------
+
+
+def test_the_page_shows_the_scaling_timeline_with_the_metrics_behind_each_decision(viewer_client, demo):
+    from scheduler.services import autoscaling
+
+    deployment = deploy(name="chat", namespace="inference")
+    response = viewer_client.get(f"/deployments/{deployment.pk}/")
+    assert "No scaling event yet." in response.content.decode()
+    autoscaling.scale_deployment(deployment, 2, user="otto-operator")
+    response = viewer_client.get(f"/deployments/{deployment.pk}/")
+    html = response.content.decode()
+    assert 'data-scaling-timeline="scaling-timeline-data"' in html and "js/scaling_timeline.js" in html
+    data = json.loads(re.search(r'<script id="scaling-timeline-data" type="application/json">(.*?)</script>',
+                                html, re.S).group(1))
+    assert [(e["action"], e["replicas"], e["policy"]) for e in data] == [("up", 2, "manual")]
+    rows = row_texts(html, "scaling-table")
+    assert any("up 1 → 2" in row and "otto-operator" in row for row in rows), rows

@@ -1,0 +1,324 @@
+"""Changing a deployment's replicas: by hand (PATCH, operator) or by its autoscaling policy.
+
+``scale_deployment`` is the one way replicas change after a deploy. More replicas go through the
+placement pipeline one at a time (``place_replicas``: a recorded decision matrix each, its
+reservations, its workload), so a cluster that fits three of five new replicas gets three
+(outcome ``partial``). Fewer replicas leave one at a time, the one ``choose_victim`` names first
+(a replica not ready yet, then the most expensive per request served, then the newest), through
+``remove_replica``.
+
+Scale-down and the mover (docs/design.md section 5a): every removed replica must go through the
+mover (issue 18). Until the mover is on main, ``remove_replica`` is the single place a scale-down
+removes a replica; it releases it with ``release_replica`` (the workload scaled down, its pod
+removed, its partitions released). Switching to the mover means changing that one function to
+create a move (replica, from, to none, why "scale-down", who asked) and return.
+
+``evaluate`` runs a deployment's policy on one monitoring sample (``monitoring.sample_for``) and
+applies what it decides; every evaluation that changes something, and one per
+``AUTOSCALE_RECORD_INTERVAL_S`` otherwise, is stored as a ``ScalingEvent`` with its inputs.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from lifecycle.audit import record
+from lifecycle.errors import Conflict, InvalidRequest
+from nodes.cluster.base import ClusterBackend, ClusterError
+from nodes.gpu_costs import gpu_prices
+from scheduler.choices import PlacementStatus
+from scheduler.core.autoscale import (
+    DEFAULT_POLICY,
+    DOWN,
+    HOLD,
+    NONE,
+    POLICIES,
+    UP,
+    AutoscaleSettings,
+    Decision,
+    ReplicaView,
+    Sample,
+    ScalingState,
+    choose_victim,
+    decide,
+)
+from scheduler.models import Deployment, Placement, ScalingEvent
+from scheduler.services.errors import NoCapacity
+from scheduler.services.placing import next_replica_index, place_replicas
+from scheduler.services.releasing import ACTIVE_PLACEMENT, release_replica
+from scheduler.services.watching import ACTIVE
+
+logger = logging.getLogger(__name__)
+
+MANUAL = "manual"
+
+
+def autoscale_settings(deployment: Deployment) -> AutoscaleSettings:
+    """The settings' ``AUTOSCALE`` with the deployment's overrides over them."""
+    base = AutoscaleSettings.from_dict(getattr(settings, "AUTOSCALE", {}) or None)
+    return AutoscaleSettings.from_dict(deployment.autoscale_settings or None, base)
+
+
+def validate_autoscale(policy: str, overrides: Any) -> dict[str, float]:
+    """The checked overrides for ``policy``; raises ``InvalidRequest`` with field messages."""
+    errors: dict[str, list[str]] = {}
+    if policy and policy not in POLICIES:
+        errors["autoscale_policy"] = [f"must be one of {', '.join(POLICIES)} (or empty: off)"]
+    if overrides in (None, ""):
+        overrides = {}
+    if not isinstance(overrides, dict):
+        errors["autoscale_settings"] = ["must be an object of setting names to numbers"]
+    else:
+        try:
+            AutoscaleSettings.from_dict(overrides)
+        except (TypeError, ValueError) as error:
+            errors["autoscale_settings"] = [str(error)]
+    if errors:
+        raise InvalidRequest(errors)
+    return {str(k): float(v) for k, v in overrides.items()}
+
+
+def active_placements(deployment: Deployment) -> list[Placement]:
+    return list(deployment.placements.filter(status__in=ACTIVE_PLACEMENT).select_related("node")
+                .order_by("replica_index"))
+
+
+def remove_replica(deployment: Deployment, placement: Placement, *, user: Any, reason: str,
+                   cluster: ClusterBackend | None) -> bool:
+    """Remove one replica for a scale-down. THE switch to the mover (issue 18): today a release
+    (workload scaled down, pod removed, partitions freed); with the mover, a move to "none"."""
+    return release_replica(deployment, placement.replica_index, user=user, reason=reason, cluster=cluster)
+
+
+def _victims(deployment: Deployment, count: int) -> list[Placement]:
+    placements = active_placements(deployment)
+    prices = gpu_prices()
+    chosen: list[Placement] = []
+    for _ in range(min(count, len(placements))):
+        views = []
+        for p in placements:
+            model = p.node.gpu_model if p.node is not None else ""
+            price = prices[model].usd_per_hour if model in prices else 0.0
+            share = max(len(p.gpu_indexes), 1) * (p.share_milli or 1000) / 1000
+            views.append(ReplicaView(str(p.pk), price * share, 1.0, p.status == PlacementStatus.RUNNING,
+                                     p.created_at.timestamp() if p.created_at else 0.0))
+        victim = choose_victim(views)
+        if victim is None:
+            break
+        picked = next(p for p in placements if str(p.pk) == victim.key)
+        chosen.append(picked)
+        placements.remove(picked)
+    return chosen
+
+
+def scale_deployment(deployment: Deployment, replicas: int, *, user: Any = None, policy: str = MANUAL,
+                     decision: Decision | None = None, inputs: dict[str, Any] | None = None,
+                     cluster: ClusterBackend | None = None, at: datetime | None = None) -> ScalingEvent:
+    """Bring ``deployment`` to ``replicas`` replicas; returns the stored ``ScalingEvent``.
+
+    Raises ``InvalidRequest`` (400) for a count outside 1..``DEPLOYMENT_MAX_REPLICAS`` and
+    ``Conflict`` (409) for a deployment that is not active. Capacity or cluster failures part-way
+    are not raised: the event says how far it got (partial / failed) and why."""
+    maximum = settings.DEPLOYMENT_MAX_REPLICAS
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or not 1 <= replicas <= maximum:
+        raise InvalidRequest({"replicas": [f"must be a whole number from 1 to {maximum}"]})
+    deployment.refresh_from_db()
+    if deployment.status not in ACTIVE:
+        raise Conflict(f"{deployment} is {deployment.status}: only an active deployment can be scaled")
+    when = at or timezone.now()
+    before = len(active_placements(deployment))
+    who = user if policy == MANUAL else f"autoscaler ({policy})"
+    messages: list[str] = []
+    reached = before
+    if replicas > before:
+        for _ in range(replicas - before):
+            try:
+                place_replicas(deployment, [next_replica_index(deployment)], user=who, cluster=cluster)
+            except NoCapacity as error:
+                messages.append(error.message)
+                break
+            except ClusterError as error:
+                messages.append(str(error))
+                break
+            reached += 1
+            deployment.refresh_from_db()
+    elif replicas < before:
+        reason = (decision.reason if decision is not None else "scaled by hand") + " (scale-down)"
+        for placement in _victims(deployment, before - replicas):
+            try:
+                if remove_replica(deployment, placement, user=who, reason=reason, cluster=cluster):
+                    reached -= 1
+            except ClusterError as error:
+                messages.append(str(error))
+                break
+    if reached == replicas:
+        outcome = ScalingEvent.Outcome.APPLIED if replicas != before else ScalingEvent.Outcome.HELD
+    elif reached != before:
+        outcome = ScalingEvent.Outcome.PARTIAL
+    else:
+        outcome = ScalingEvent.Outcome.FAILED
+    with transaction.atomic():
+        locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        previous = locked.replicas
+        if reached != previous and reached >= 1:
+            locked.replicas = reached
+            locked.save(update_fields=["replicas", "updated_at"])
+        action = UP if replicas > before else DOWN if replicas < before else HOLD
+        event = ScalingEvent.objects.create(
+            deployment=locked, at=when, policy=policy, action=action, replicas_before=before, replicas_after=reached,
+            inputs=inputs or {}, decision=decision.to_dict() if decision is not None else
+            {"policy": MANUAL, "action": action, "replicas": replicas, "current": before, "reason": "by hand"},
+            outcome=outcome, message="; ".join(messages), actor="" if policy != MANUAL else _name(user))
+        if reached != before:
+            record("deployment.scaled", locked, actor=who,
+                   reason=(decision.reason if decision is not None else "replicas changed by hand")
+                   + (f" ({outcome}: {'; '.join(messages)})" if messages else ""),
+                   before={"replicas": before}, after={"replicas": reached})
+    deployment.replicas = reached
+    return event
+
+
+def _name(user: Any) -> str:
+    if user is None:
+        return ""
+    if isinstance(user, str):
+        return user
+    return str(user.get_username()) if getattr(user, "is_authenticated", False) else ""
+
+
+def load_state(deployment: Deployment) -> ScalingState:
+    raw = dict(deployment.autoscale_state or {})
+    replicas = len(active_placements(deployment)) or deployment.replicas
+    try:
+        return ScalingState(
+            replicas=replicas,
+            up_since=raw.get("up_since"), down_since=raw.get("down_since"),
+            last_up_at=raw.get("last_up_at"), last_down_at=raw.get("last_down_at"),
+            recommendations=tuple((float(a), int(r)) for a, r in raw.get("recommendations", ())),
+            changes=tuple((float(a), int(r)) for a, r in raw.get("changes", ())),
+            load_rps=float(raw.get("load_rps", 0.0)), load_at=raw.get("load_at"),
+            trend_rps_per_s=float(raw.get("trend_rps_per_s", 0.0)),
+        )
+    except (TypeError, ValueError):
+        return ScalingState(replicas=replicas)  # a state from an older version: start afresh
+
+
+def _store_state(deployment: Deployment, state: ScalingState, extra: dict[str, Any]) -> None:
+    data = {**dict(deployment.autoscale_state or {}), **asdict(state), **extra}  # the source's own keys stay
+    data.pop("replicas")
+    Deployment.objects.filter(pk=deployment.pk).update(autoscale_state=data)
+    deployment.autoscale_state = data
+
+
+def evaluate(deployment: Deployment, sample: Sample, *, cluster: ClusterBackend | None = None,
+             now: datetime | None = None) -> ScalingEvent | None:
+    """Run the deployment's policy on ``sample`` and apply its decision; the stored event, or None
+    when a held evaluation was not due for a record."""
+    when = now or timezone.now()
+    policy = deployment.autoscale_policy or DEFAULT_POLICY
+    config = autoscale_settings(deployment)
+    state = load_state(deployment)
+    decision, state = decide(policy, sample, state, when.timestamp(), config)
+    inputs = dict(decision.inputs)
+    previous = dict(deployment.autoscale_state or {})
+    last_record = float(previous.get("recorded_at", 0.0))
+    if decision.changes:
+        event = scale_deployment(deployment, decision.replicas, policy=policy, decision=decision, inputs=inputs,
+                                 cluster=cluster, at=when)
+        state = ScalingState(**{**asdict(state), "replicas": event.replicas_after})
+        _store_state(deployment, state, {"recorded_at": when.timestamp()})
+        return event
+    due = when.timestamp() - last_record >= settings.AUTOSCALE_RECORD_INTERVAL_S or decision.action == NONE
+    _store_state(deployment, state, {"recorded_at": when.timestamp() if due else last_record})
+    if not due:
+        return None
+    outcome = ScalingEvent.Outcome.NO_DECISION if decision.action == NONE else ScalingEvent.Outcome.HELD
+    return ScalingEvent.objects.create(
+        deployment=deployment, at=when, policy=policy, action=decision.action, replicas_before=decision.current,
+        replicas_after=decision.current, inputs=inputs, decision=decision.to_dict(), outcome=outcome,
+        message=decision.reason if decision.action == NONE else "")
+
+
+def autoscaled_deployments() -> list[Deployment]:
+    return list(Deployment.objects.filter(status__in=ACTIVE, autoscale_native=False)
+                .exclude(autoscale_policy="").order_by("pk"))
+
+
+def timeline(deployment: Deployment, limit: int = 2000) -> list[ScalingEvent]:
+    """The newest ``limit`` scaling events of a deployment, oldest first (the page's chart)."""
+    events = list(deployment.scaling_events.order_by("-at", "-id")[:limit])
+    events.reverse()
+    return events
+
+
+def autoscale_all(*, cluster: ClusterBackend | None = None, now: datetime | None = None) -> dict[str, int]:
+    """One monitoring round: every autoscaled deployment sampled, fed to the feedback (while its
+    replicas are saturated) and evaluated. Returns how many evaluations ended how."""
+    from scheduler.services import feedback, monitoring  # monitoring imports this module
+
+    when = now or timezone.now()
+    counts: dict[str, int] = {}
+    for deployment in autoscaled_deployments():
+        try:
+            sample, observations = monitoring.monitor(deployment, when)
+            for seen in observations:
+                feedback.observe(deployment.model, seen.gpu_model, seen.sharing_mode, seen.predicted_rps,
+                                 seen.measured_rps)
+            event = evaluate(deployment, sample, cluster=cluster, now=when)
+        except (ClusterError, Conflict) as error:  # one deployment's trouble never stops the round
+            logger.warning("autoscale %s: %s", deployment, error)
+            counts["error"] = counts.get("error", 0) + 1
+            continue
+        key = event.outcome if event is not None else "not recorded"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def configure_autoscaling(deployment: Deployment, *, user: Any, policy: str | None = None,
+                          overrides: Any = None, native: bool | None = None) -> Deployment:
+    """Change a deployment's autoscaling (policy, overrides, native mode); one audit event."""
+    new_policy = deployment.autoscale_policy if policy is None else policy
+    new_overrides = deployment.autoscale_settings if overrides is None else overrides
+    checked = validate_autoscale(new_policy, new_overrides)
+    new_native = deployment.autoscale_native if native is None else bool(native)
+    if new_native and new_policy not in ("seed", "hpa", "gpuplane"):
+        raise InvalidRequest({"autoscale_native": ["native mode needs a policy: seed, hpa or gpuplane"]})
+    before = {"autoscale_policy": deployment.autoscale_policy, "autoscale_settings": deployment.autoscale_settings,
+              "autoscale_native": deployment.autoscale_native}
+    after = {"autoscale_policy": new_policy, "autoscale_settings": checked, "autoscale_native": new_native}
+    if before == after:
+        return deployment
+    deployment.autoscale_policy, deployment.autoscale_settings, deployment.autoscale_native = (
+        new_policy, checked, new_native)
+    if before["autoscale_policy"] != new_policy:
+        deployment.autoscale_state = {}  # another policy's memory means nothing to this one
+    deployment.save(update_fields=["autoscale_policy", "autoscale_settings", "autoscale_native",
+                                   "autoscale_state", "updated_at"])
+    record("deployment.autoscale", deployment, actor=user, reason="autoscaling changed", before=before, after=after)
+    return deployment
+
+
+def native_hpa(deployment: Deployment) -> dict[str, Any]:
+    """The autoscaling/v2 HPA of a deployment in native mode (its first workload as the target)."""
+    from scheduler.core.autoscale_hpa import hpa_manifest
+    from scheduler.services.monitoring import measured_cold_start_s, predicted_capacity
+
+    placements = active_placements(deployment)
+    if not deployment.autoscale_policy or not placements:
+        raise Conflict(f"{deployment} has no autoscaling policy or no running workload to scale")
+    config = autoscale_settings(deployment)
+    first = placements[0]
+    gpu_model = first.node.gpu_model if first.node is not None else ""
+    return hpa_manifest(name=f"{deployment.name}-hpa"[:63], namespace=deployment.namespace,
+                        deployment_id=str(deployment.pk), target_name=first.workload_name or deployment.name,
+                        policy=deployment.autoscale_policy if deployment.autoscale_policy != "static" else "hpa",
+                        settings=config,
+                        capacity_rps_per_replica=predicted_capacity(gpu_model, first.sharing, first.share_milli,
+                                                                    config.tpot_slo_s),
+                        cold_start_s=measured_cold_start_s(deployment))
