@@ -36,6 +36,7 @@ from scheduler.services.releasing import ACTIVE_PLACEMENT, release_replica
 logger = logging.getLogger(__name__)
 
 WATCH_TASK = "scheduler.tasks.watch_deployment_task"
+ORIGIN_WEBHOOK = "webhook"  # a pod placed at admission (scheduler.admission)
 ACTIVE = (DeploymentStatus.PENDING, DeploymentStatus.PLACED, DeploymentStatus.RUNNING)
 WATCH_RUNNING, WATCH_WAITING, WATCH_FAILED, WATCH_GONE = "running", "waiting", "failed", "gone"
 WATCH_ERROR = "error"
@@ -96,6 +97,10 @@ def watch_deployment(deployment_id: int, *, cluster: ClusterBackend | None = Non
     deployment = Deployment.objects.filter(pk=deployment_id).first()
     if deployment is None:
         return WATCH_GONE
+    if deployment.origin == ORIGIN_WEBHOOK and deployment.status in ACTIVE:
+        from scheduler.admission import watch_admitted  # its pod, not workloads, says how it is
+
+        return watch_admitted(deployment, cluster if cluster is not None else get_cluster(), now)
     starting = deployment.status == DeploymentStatus.RUNNING and _starting(deployment).exists()
     if deployment.status not in (DeploymentStatus.PENDING, DeploymentStatus.PLACED) and not starting:
         return str(deployment.status)
@@ -202,7 +207,8 @@ def sweep_deployments(now: datetime | None = None, *, cluster: ClusterBackend | 
     stale_before = now - timedelta(seconds=settings.DEPLOYMENT_WATCH_INTERVAL_S)
     due = list(
         Deployment.objects.filter(Q(status__in=(DeploymentStatus.PENDING, DeploymentStatus.PLACED))
-                                  | Q(status=DeploymentStatus.RUNNING, placements__status=PlacementStatus.BINDING))
+                                  | Q(status=DeploymentStatus.RUNNING, placements__status=PlacementStatus.BINDING)
+                                  | Q(status=DeploymentStatus.RUNNING, origin=ORIGIN_WEBHOOK))
         .distinct()
         .annotate(last_look=Coalesce("watched_at", "created_at"))
         .filter(last_look__lte=stale_before)

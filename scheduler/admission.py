@@ -1,0 +1,367 @@
+"""Admission: pods created by anyone get gpuplane's sharing and node (``POST /webhooks/mutate-pods``).
+
+``review(body)`` turns an AdmissionReview v1 into its answer and never raises: same uid,
+``allowed: true`` and a base64 JSON Patch (``scheduler.pod_patch``), or no patch when the pod is
+left alone; a namespace over its quota is the one refusal (``allowed: false``, code 409, the
+reason). Any internal error admits the pod unchanged, is logged and counted
+(``gpuplane_webhook_reviews_total{result="error"}``): the webhook fails open, like its
+``failurePolicy: Ignore``.
+
+A pod to place becomes a Deployment of origin ``webhook`` with one replica, decided and reserved
+by the same services as an API deploy (``placing.admit_replica``: snapshot, placement engine,
+quota, partition claims, decision matrix, audit), but no workload is created: the pod itself is
+it. The pod is labelled ``gpuplane.io/deployment=<id>``; ``watch_admitted`` marks it running once
+a pod with that label is bound, and releases it when the pod goes away, or when none binds within
+``GPUPLANE_WEBHOOK_BIND_TIMEOUT_S`` (kube-scheduler's assumed-pod expiry: a pod the API server
+never stored after our answer, a later webhook refused, or nobody scheduled). A ``dryRun``
+request, and ``dry_run`` (the page and API), decide on the same snapshot and reserve nothing.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from gpuplane.observability import WEBHOOK_REVIEW_SECONDS, WEBHOOK_REVIEWS
+from lifecycle.audit import SYSTEM_WATCHER, record
+from lifecycle.transitions import transition
+from nodes import quantities
+from nodes.catalog import CATALOG
+from nodes.cluster.base import ClusterBackend
+from nodes.cluster.parsing import pod_gpu_requests, pod_host_requests
+from nodes.contract import (
+    ANNOTATION_ASSIGNED_GPUS,
+    ANNOTATION_DECISIONS,
+    ANNOTATION_MEMORY_MIB,
+    ANNOTATION_MIG_START,
+    ANNOTATION_SHARE_MILLI,
+    ANNOTATION_SHARING,
+    ENV_MPS_MEMORY_LIMIT,
+    GPUPLANE_PREFIX,
+    LABEL_DEPLOYMENT,
+    LABEL_HOSTNAME,
+    PRIORITY_CLASS_PREFIX,
+    RESOURCE_GPU,
+    RESOURCE_MIG_PREFIX,
+)
+from nodes.models import Node, Partition
+from nodes.vocabulary import MIB_PER_GB, PartitionKind, SharingMode
+from scheduler.adapters import build_snapshot, namespace_quota
+from scheduler.choices import DeploymentStatus, PlacementStatus
+from scheduler.core.admission import ClusterFacts, MIGRoom, PodFacts, SharingChoice, choose_sharing
+from scheduler.core.types import Assignment, Priority, SharingRequest
+from scheduler.models import AdmissionSettings, Deployment, Placement
+from scheduler.pod_patch import ANNOTATION_ADMISSION, PodChange, pod_patch
+from scheduler.policies import policy_rules
+from scheduler.services.capacity import release_placements
+from scheduler.services.deciding import decide, placement_scheduler
+from scheduler.services.errors import NoCapacity
+from scheduler.services.placing import admit_replica
+from scheduler.services.spec import DeploySpec
+
+logger = logging.getLogger(__name__)
+
+ORIGIN_WEBHOOK = "webhook"
+ANNOTATION_GPU_MEMORY = f"{GPUPLANE_PREFIX}/gpu-memory"  # pod: the GPU memory it needs, a quantity ("16Gi")
+ANNOTATION_UTILIZATION = f"{GPUPLANE_PREFIX}/utilization-pct"  # pod: observed, for time-slicing replicas
+ANNOTATION_BURSTINESS = f"{GPUPLANE_PREFIX}/burstiness-pct"
+DEFAULT_GPU_MEMORY_MIB = MIB_PER_GB  # a pod that states none: sized by its partition's own rule
+_DNS_LABEL = re.compile(r"[^a-z0-9-]+")
+
+
+class QuotaRefused(Exception):
+    """The namespace's quota refuses the pod (answered 409, the one denial)."""
+
+
+@dataclass
+class Verdict:
+    """What the webhook answers for one pod, and what it shows the dry run."""
+
+    allowed: bool = True
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    message: str = ""
+    code: int = 200
+    choice: SharingChoice | None = None
+    matrix: dict[str, Any] = field(default_factory=dict)
+    deployment_id: int | None = None
+    result: str = "left-alone"  # the metrics label: left-alone, placed, unplaced, refused, error
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"allowed": self.allowed, "result": self.result, "message": self.message,
+                "choice": self.choice.to_dict() if self.choice else None, "patch": self.patch,
+                "matrix": self.matrix, "deployment": self.deployment_id}
+
+
+# ---- the AdmissionReview ---------------------------------------------------------------------------
+
+
+def review(body: bytes) -> dict[str, Any]:
+    """The AdmissionReview answer to ``body``; never raises (a body without a uid gets uid "")."""
+    started = time.perf_counter()
+    uid = ""
+    try:
+        document = json.loads(body)
+        request = document.get("request") if isinstance(document, dict) else None
+        if not isinstance(request, dict):
+            raise ValueError("no request in the AdmissionReview")
+        uid = request.get("uid") if isinstance(request.get("uid"), str) else ""
+        verdict = admit(request)
+    except Exception:
+        logger.exception("admission review failed; the pod is admitted unchanged (fail open)")
+        verdict = Verdict(result="error", message="gpuplane could not decide; admitted unchanged")
+    WEBHOOK_REVIEWS.labels(result=verdict.result).inc()
+    WEBHOOK_REVIEW_SECONDS.labels(result=verdict.result).observe(time.perf_counter() - started)
+    response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
+    if verdict.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(verdict.patch, separators=(",", ":")).encode()).decode()
+    if not verdict.allowed:
+        response["status"] = {"code": verdict.code, "reason": "Conflict", "message": verdict.message}
+    elif verdict.message:
+        response["warnings"] = [verdict.message[:500]]
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def admit(request: dict[str, Any]) -> Verdict:
+    """The verdict on one AdmissionReview request (a pod CREATE)."""
+    pod = request.get("object")
+    if request.get("operation", "CREATE") != "CREATE" or not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod":
+        return Verdict(message="")
+    namespace = request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or "default"
+    return decide_pod(pod, str(namespace), dry_run=bool(request.get("dryRun")))
+
+
+def decide_pod(pod: dict[str, Any], namespace: str, *, dry_run: bool) -> Verdict:
+    """Decide, and unless ``dry_run`` reserve, one pod; the verdict carries the patch."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if not isinstance(annotations, dict):
+        return Verdict(message="the pod's annotations are not an object; left alone")
+    if ANNOTATION_ADMISSION in annotations:
+        return Verdict()  # our own output, reinvoked: nothing to add
+    gpu_requests = pod_gpu_requests(pod)
+    if not gpu_requests:
+        return Verdict()
+    facts = pod_facts(pod, namespace, gpu_requests)
+    choice = choose_sharing(facts, policy_rules(), cluster_facts(facts))
+    if not choice.places:
+        return Verdict(choice=choice, message=choice.reason)
+    spec = deploy_spec(pod, facts, choice)
+    try:
+        if dry_run:
+            assignment, matrix, deployment_id, decision_id = _decide_only(spec)
+        else:
+            assignment, matrix, deployment_id, decision_id = _reserve(spec, pod, choice)
+    except NoCapacity as error:
+        if "quota" in error.message:
+            return Verdict(allowed=False, code=409, message=error.message, choice=choice, matrix=error.decision,
+                           result="refused")
+        change = PodChange(annotations={ANNOTATION_ADMISSION: f"unplaced: {error.message}"})
+        return Verdict(patch=pod_patch(pod, change), message=error.message, choice=choice, matrix=error.decision,
+                       result="unplaced")
+    change = pod_change(assignment, choice, deployment_id, decision_id)
+    return Verdict(patch=pod_patch(pod, change), message=f"placed on {assignment.node}: {choice.reason}",
+                   choice=choice, matrix=matrix, deployment_id=deployment_id, result="placed")
+
+
+# ---- reading the pod ----------------------------------------------------------------------------------
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def pod_facts(pod: dict[str, Any], namespace: str, gpu_requests: dict[str, int]) -> PodFacts:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    mig = [key[len(RESOURCE_MIG_PREFIX):] for key in gpu_requests if key.startswith(RESOURCE_MIG_PREFIX)]
+    memory = annotations.get(ANNOTATION_GPU_MEMORY)
+    try:
+        gpu_memory_mib = quantities.memory_mib(memory) if memory else None
+    except (ValueError, ArithmeticError):
+        gpu_memory_mib = None
+    selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
+    return PodFacts(
+        namespace=namespace, labels=labels, annotations=annotations,
+        gpu_count=max(gpu_requests.get(RESOURCE_GPU, 0), 1 if mig else 0, 1),
+        gpu_memory_mib=gpu_memory_mib, host_memory_mib=pod_host_requests(pod)[1],
+        mig_profile=mig[0] if mig else "",
+        pinned_node=str(spec.get("nodeName") or selector.get(LABEL_HOSTNAME) or ""),
+        utilization_pct=_number(annotations.get(ANNOTATION_UTILIZATION)),
+        burstiness_pct=_number(annotations.get(ANNOTATION_BURSTINESS)),
+    )
+
+
+def cluster_facts(pod: PodFacts) -> ClusterFacts:
+    """Exempt namespaces, free MIG instances and the pinned node's facts, in at most three queries."""
+    admission = AdmissionSettings.current()
+    exempt = frozenset([*admission.exempt_namespaces, getattr(settings, "GPUPLANE_NAMESPACE", "") or "gpuplane",
+                        "kube-system"])
+    room = tuple(MIGRoom(profile, memory) for profile, memory in
+                 Partition.objects.filter(kind=PartitionKind.MIG, hold__isnull=True, pod="",
+                                          gpu__node__ready=True, gpu__node__cordoned=False)
+                 .values_list("mig_profile", "memory_mib").distinct())
+    mode: SharingMode | None = None
+    capability = None
+    if pod.pinned_node:
+        node = Node.objects.filter(name=pod.pinned_node).values_list("sharing_mode", "gpu_model").first()
+        if node is not None:
+            mode = SharingMode(node[0])
+            model = CATALOG.get(node[1])
+            capability = model.compute_capability if model else None
+    return ClusterFacts(exempt_namespaces=exempt, mig_room=room, pinned_mode=mode,
+                        pinned_compute_capability=capability)
+
+
+def _name(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    raw = str(meta.get("name") or meta.get("generateName") or "pod").lower()
+    name = _DNS_LABEL.sub("-", raw).strip("-")[:63].strip("-")
+    return name or "pod"
+
+
+def _priority(pod: dict[str, Any]) -> Priority:
+    name = str((pod.get("spec") or {}).get("priorityClassName") or "")
+    value = name[len(PRIORITY_CLASS_PREFIX):] if name.startswith(PRIORITY_CLASS_PREFIX) else ""
+    return Priority(value) if value in Priority.values() else Priority.MEDIUM
+
+
+def deploy_spec(pod: dict[str, Any], facts: PodFacts, choice: SharingChoice) -> DeploySpec:
+    """The deploy request a pod amounts to: one replica, its GPUs, memory and host requests."""
+    memory_mib = facts.gpu_memory_mib or DEFAULT_GPU_MEMORY_MIB
+    if choice.sharing == SharingRequest.MIG and choice.mig_profile:
+        sized = [p.memory_mib for m in CATALOG.values() for p in m.mig_profiles if p.name == choice.mig_profile]
+        if sized and not facts.gpu_memory_mib:
+            memory_mib = min(sized)  # a profile named without a stated need: sized to the profile
+    cpu_milli, host_mib = pod_host_requests(pod)
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    image = str(containers[0].get("image") or "pod") if isinstance(containers[0], dict) else "pod"
+    return DeploySpec(
+        name=_name(pod), model=image[:200], memory_gb=memory_mib / MIB_PER_GB,
+        gpu_count=facts.gpu_count, workload_type=facts.workload_type or "inference",
+        priority=_priority(pod), namespace=facts.namespace, sharing=choice.sharing,
+        allow_default_scheduler=False, cpu=f"{max(cpu_milli, 1)}m", memory=f"{max(host_mib, 1)}Mi",
+    )
+
+
+# ---- deciding and reserving -------------------------------------------------------------------------
+
+
+def _decide_only(spec: DeploySpec) -> tuple[Assignment, dict[str, Any], None, None]:
+    plans = decide(spec, build_snapshot(), placement_scheduler(), quota=namespace_quota(spec.namespace),
+                   replica_indexes=[0])
+    plan = plans[0]
+    if plan.decision.assignment is None:
+        raise NoCapacity(plan.message, plan.matrix)
+    return plan.decision.assignment, plan.matrix, None, None
+
+
+def _reserve(spec: DeploySpec, pod: dict[str, Any], choice: SharingChoice
+             ) -> tuple[Assignment, dict[str, Any], int, int]:
+    deployment = Deployment(
+        name=spec.name, model=spec.model, memory_mib=spec.memory_mib, gpu_count=spec.gpu_count, replicas=1,
+        workload_type=spec.workload_type, priority=spec.priority, namespace=spec.namespace,
+        sharing=spec.sharing, cpu_milli=spec.cpu_milli, host_memory_mib=spec.host_memory_mib,
+        origin=ORIGIN_WEBHOOK, status=DeploymentStatus.PENDING, message=choice.reason,
+    )
+    plan, decision_id = admit_replica(deployment, spec, reason=f"admission webhook: {choice.reason}")
+    assert plan.decision.assignment is not None
+    return plan.decision.assignment, plan.matrix, deployment.pk, decision_id
+
+
+def pod_change(assignment: Assignment, choice: SharingChoice, deployment_id: int | None,
+               decision_id: int | None) -> PodChange:
+    first = assignment.partitions[0]
+    env = dict(assignment.env)
+    if choice.sharing == SharingRequest.MPS and choice.mps_memory_limit_mib:
+        env[ENV_MPS_MEMORY_LIMIT] = f"0={choice.mps_memory_limit_mib}M"
+    annotations = {
+        ANNOTATION_ADMISSION: f"placed on {assignment.node}: {choice.reason}",
+        ANNOTATION_SHARING: str(assignment.kind),
+        ANNOTATION_ASSIGNED_GPUS: ",".join(str(i) for i in assignment.gpu_indexes),
+    }
+    if decision_id is not None:
+        annotations[ANNOTATION_DECISIONS] = str(decision_id)
+    if first.kind == PartitionKind.MIG and first.mig_start is not None:
+        annotations[ANNOTATION_MIG_START] = str(first.mig_start)
+    if first.kind == PartitionKind.MPS_WEIGHTED:
+        annotations[ANNOTATION_SHARE_MILLI] = str(first.share_milli)
+    if first.kind in (PartitionKind.MPS_WEIGHTED, PartitionKind.TIMESLICE):
+        annotations[ANNOTATION_MEMORY_MIB] = str(first.memory_mib)
+    labels = {LABEL_DEPLOYMENT: str(deployment_id)} if deployment_id is not None else {}
+    return PodChange(node=assignment.node, resources={k: int(v) for k, v in assignment.resources.items()},
+                     env=env, labels=labels, annotations=annotations)
+
+
+def dry_run(obj: dict[str, Any]) -> dict[str, Any]:
+    """The decision, matrix and patch for a pasted Pod (or InferenceService); nothing is stored."""
+    if obj.get("kind") == "InferenceService":
+        from scheduler.inference_services import engine_pod
+
+        obj = engine_pod(obj)
+    namespace = str((obj.get("metadata") or {}).get("namespace") or "default")
+    verdict = decide_pod(obj, namespace, dry_run=True)
+    if verdict.result == "left-alone" and verdict.choice is None and not verdict.message:
+        verdict = replace(verdict, message="the pod asks for no nvidia.com/* resource (or was admitted already): "
+                                           "the webhook never sees it or leaves it alone")
+    return verdict.to_dict()
+
+
+# ---- after admission: bound, gone, or never bound ----------------------------------------------------
+
+
+def watch_admitted(deployment: Deployment, cluster: ClusterBackend, now: datetime | None = None) -> str:
+    """One look at a webhook-placed pod: "running" once bound, "waiting" until then, "released"
+    when the pod went away or never bound within ``GPUPLANE_WEBHOOK_BIND_TIMEOUT_S``."""
+    now = now or timezone.now()
+    Deployment.objects.filter(pk=deployment.pk).update(watched_at=now)
+    pods = [p for p in cluster.list_gpu_pods()
+            if p.namespace == deployment.namespace and p.labels.get(LABEL_DEPLOYMENT) == str(deployment.pk)
+            and p.phase in ("Pending", "Running")]
+    bound = [p for p in pods if p.node_name]
+    if bound:
+        if deployment.status == DeploymentStatus.PLACED:
+            with transaction.atomic():
+                if transition(Deployment, deployment.pk, DeploymentStatus.PLACED, DeploymentStatus.RUNNING,
+                              actor=SYSTEM_WATCHER, reason=f"pod {bound[0].name} bound to {bound[0].node_name}",
+                              values={"message": f"pod {bound[0].name} on {bound[0].node_name}"}):
+                    Placement.objects.filter(deployment_id=deployment.pk).exclude(
+                        status=PlacementStatus.RELEASED).update(status=PlacementStatus.RUNNING)
+        return "running"
+    started = deployment.placed_at or deployment.created_at
+    if deployment.status == DeploymentStatus.PLACED and (
+            now - started < timedelta(seconds=settings.GPUPLANE_WEBHOOK_BIND_TIMEOUT_S)):
+        return "waiting"  # not bound yet (or not even stored yet by the API server)
+    why = ("its pod went away" if deployment.status == DeploymentStatus.RUNNING
+           else f"its pod did not bind within {settings.GPUPLANE_WEBHOOK_BIND_TIMEOUT_S} s of admission")
+    release_admitted(deployment, why)
+    return "released"
+
+
+def release_admitted(deployment: Deployment, why: str) -> bool:
+    """Release a webhook-placed pod's partition and mark it DELETED; False if it was not active."""
+    with transaction.atomic():
+        if not transition(Deployment, deployment.pk,
+                          [DeploymentStatus.PENDING, DeploymentStatus.PLACED, DeploymentStatus.RUNNING],
+                          DeploymentStatus.DELETED, actor=SYSTEM_WATCHER, reason=why, values={"message": why}):
+            return False
+        placements = Placement.objects.filter(deployment_id=deployment.pk)
+        release_placements(placements.values_list("pk", flat=True))
+        for placement in placements.exclude(status=PlacementStatus.RELEASED):
+            record("placement.released", placement, actor=SYSTEM_WATCHER, reason=why,
+                   before={"status": placement.status}, after={"status": PlacementStatus.RELEASED.value})
+        placements.update(status=PlacementStatus.RELEASED)
+    return True
