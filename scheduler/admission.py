@@ -19,6 +19,7 @@ request, and ``dry_run`` (the page and API), decide on the same snapshot and res
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import logging
 import re
@@ -66,6 +67,7 @@ from scheduler.services.capacity import release_placements
 from scheduler.services.deciding import decide, placement_scheduler
 from scheduler.services.errors import NoCapacity
 from scheduler.services.placing import admit_replica
+from scheduler.services.preemption import with_preemption
 from scheduler.services.spec import DeploySpec
 
 logger = logging.getLogger(__name__)
@@ -277,7 +279,13 @@ def _reserve(spec: DeploySpec, pod: dict[str, Any], choice: SharingChoice
         sharing=spec.sharing, cpu_milli=spec.cpu_milli, host_memory_mib=spec.host_memory_mib,
         origin=ORIGIN_WEBHOOK, status=DeploymentStatus.PENDING, message=choice.reason,
     )
-    plan, decision_id = admit_replica(deployment, spec, reason=f"admission webhook: {choice.reason}")
+    def attempt() -> tuple[Any, int]:
+        fresh = copy.copy(deployment)  # a failed attempt leaves nothing behind, the row included
+        plan, decision_id = admit_replica(fresh, spec, reason=f"admission webhook: {choice.reason}")
+        deployment.pk = fresh.pk
+        return plan, decision_id
+
+    plan, decision_id = with_preemption(spec, attempt)
     assert plan.decision.assignment is not None
     return plan.decision.assignment, plan.matrix, deployment.pk, decision_id
 
