@@ -115,7 +115,7 @@ def review(body: bytes) -> dict[str, Any]:
         request = document.get("request") if isinstance(document, dict) else None
         if not isinstance(request, dict):
             raise ValueError("no request in the AdmissionReview")
-        uid = request.get("uid") if isinstance(request.get("uid"), str) else ""
+        uid = str(request["uid"]) if isinstance(request.get("uid"), str) else ""
         verdict = admit(request)
     except Exception:
         logger.exception("admission review failed; the pod is admitted unchanged (fail open)")
@@ -195,7 +195,7 @@ def pod_facts(pod: dict[str, Any], namespace: str, gpu_requests: dict[str, int])
         gpu_memory_mib = quantities.memory_mib(memory) if memory else None
     except (ValueError, ArithmeticError):
         gpu_memory_mib = None
-    selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
+    selector: dict[str, Any] = spec["nodeSelector"] if isinstance(spec.get("nodeSelector"), dict) else {}
     return PodFacts(
         namespace=namespace, labels=labels, annotations=annotations,
         gpu_count=max(gpu_requests.get(RESOURCE_GPU, 0), 1 if mig else 0, 1),

@@ -56,7 +56,7 @@ def _map_ops(path: str, current: Mapping[str, Any] | None, wanted: Mapping[str, 
 
 
 def _affinity_ops(spec: Mapping[str, Any], node: str) -> list[dict[str, Any]]:
-    expression = {"key": LABEL_HOSTNAME, "operator": "In", "values": [node]}
+    expression: dict[str, Any] = {"key": LABEL_HOSTNAME, "operator": "In", "values": [node]}
     required = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
     affinity = spec.get("affinity")
     if not isinstance(affinity, Mapping):
@@ -72,7 +72,7 @@ def _affinity_ops(spec: Mapping[str, Any], node: str) -> list[dict[str, Any]]:
         return [{"op": "add", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution",
                  "value": required}]
     # Terms are ORed, expressions within a term ANDed: the node goes into every term.
-    ops = []
+    ops: list[dict[str, Any]] = []
     base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
     for index, term in enumerate(terms):
         expressions = term.get("matchExpressions") if isinstance(term, Mapping) else None

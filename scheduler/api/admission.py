@@ -98,6 +98,7 @@ class AdminEdited:
     permission_classes = [RolePermission]
     write_role = ADMIN
     audit_noun = ""
+    request: Request
 
     def perform_create(self, serializer: serializers.BaseSerializer) -> None:
         instance = serializer.save()
