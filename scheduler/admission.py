@@ -25,19 +25,13 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
 
 from gpuplane.observability import WEBHOOK_REVIEW_SECONDS, WEBHOOK_REVIEWS
-from lifecycle.audit import SYSTEM_WATCHER, record
-from lifecycle.transitions import transition
 from nodes import quantities
 from nodes.catalog import CATALOG
-from nodes.cluster.base import ClusterBackend
 from nodes.cluster.parsing import pod_gpu_requests, pod_host_requests
 from nodes.contract import (
     ANNOTATION_ASSIGNED_GPUS,
@@ -57,22 +51,21 @@ from nodes.contract import (
 from nodes.models import Node, Partition
 from nodes.vocabulary import MIB_PER_GB, PartitionKind, SharingMode
 from scheduler.adapters import build_snapshot, namespace_quota
-from scheduler.choices import DeploymentStatus, PlacementStatus
-from scheduler.core.admission import ClusterFacts, MIGRoom, PodFacts, SharingChoice, choose_sharing
+from scheduler.choices import DeploymentStatus
+from scheduler.core.admission import ClusterFacts, MIGRoom, PodFacts, PolicyRule, SharingChoice, choose_sharing
 from scheduler.core.types import Assignment, Priority, SharingRequest
-from scheduler.models import AdmissionSettings, Deployment, Placement
+from scheduler.models import AdmissionSettings, Deployment, SharingPolicy
 from scheduler.pod_patch import ANNOTATION_ADMISSION, PodChange, pod_patch
-from scheduler.policies import policy_rules
-from scheduler.services.capacity import release_placements
+from scheduler.policies import policy_rule
+from scheduler.services.admitted import ORIGIN_WEBHOOK
+from scheduler.services.admitting import admit_replica
 from scheduler.services.deciding import decide, placement_scheduler
 from scheduler.services.errors import NoCapacity
-from scheduler.services.placing import admit_replica
 from scheduler.services.preemption import with_preemption
 from scheduler.services.spec import DeploySpec
 
 logger = logging.getLogger(__name__)
 
-ORIGIN_WEBHOOK = "webhook"
 ANNOTATION_GPU_MEMORY = f"{GPUPLANE_PREFIX}/gpu-memory"  # pod: the GPU memory it needs, a quantity ("16Gi")
 ANNOTATION_UTILIZATION = f"{GPUPLANE_PREFIX}/utilization-pct"  # pod: observed, for time-slicing replicas
 ANNOTATION_BURSTINESS = f"{GPUPLANE_PREFIX}/burstiness-pct"
@@ -172,6 +165,11 @@ def decide_pod(pod: dict[str, Any], namespace: str, *, dry_run: bool) -> Verdict
     change = pod_change(assignment, choice, deployment_id, decision_id)
     return Verdict(patch=pod_patch(pod, change), message=f"placed on {assignment.node}: {choice.reason}",
                    choice=choice, matrix=matrix, deployment_id=deployment_id, result="placed")
+
+
+def policy_rules() -> list[PolicyRule]:
+    """The enabled sharing policies, as the admission flow takes them."""
+    return [policy_rule(p) for p in SharingPolicy.objects.filter(enabled=True)]
 
 
 # ---- reading the pod ----------------------------------------------------------------------------------
@@ -326,50 +324,3 @@ def dry_run(obj: dict[str, Any]) -> dict[str, Any]:
         verdict = replace(verdict, message="the pod asks for no nvidia.com/* resource (or was admitted already): "
                                            "the webhook never sees it or leaves it alone")
     return verdict.to_dict()
-
-
-# ---- after admission: bound, gone, or never bound ----------------------------------------------------
-
-
-def watch_admitted(deployment: Deployment, cluster: ClusterBackend, now: datetime | None = None) -> str:
-    """One look at a webhook-placed pod: "running" once bound, "waiting" until then, "released"
-    when the pod went away or never bound within ``GPUPLANE_WEBHOOK_BIND_TIMEOUT_S``."""
-    now = now or timezone.now()
-    Deployment.objects.filter(pk=deployment.pk).update(watched_at=now)
-    pods = [p for p in cluster.list_gpu_pods()
-            if p.namespace == deployment.namespace and p.labels.get(LABEL_DEPLOYMENT) == str(deployment.pk)
-            and p.phase in ("Pending", "Running")]
-    bound = [p for p in pods if p.node_name]
-    if bound:
-        if deployment.status == DeploymentStatus.PLACED:
-            with transaction.atomic():
-                if transition(Deployment, deployment.pk, DeploymentStatus.PLACED, DeploymentStatus.RUNNING,
-                              actor=SYSTEM_WATCHER, reason=f"pod {bound[0].name} bound to {bound[0].node_name}",
-                              values={"message": f"pod {bound[0].name} on {bound[0].node_name}"}):
-                    Placement.objects.filter(deployment_id=deployment.pk).exclude(
-                        status=PlacementStatus.RELEASED).update(status=PlacementStatus.RUNNING)
-        return "running"
-    started = deployment.placed_at or deployment.created_at
-    if deployment.status == DeploymentStatus.PLACED and (
-            now - started < timedelta(seconds=settings.GPUPLANE_WEBHOOK_BIND_TIMEOUT_S)):
-        return "waiting"  # not bound yet (or not even stored yet by the API server)
-    why = ("its pod went away" if deployment.status == DeploymentStatus.RUNNING
-           else f"its pod did not bind within {settings.GPUPLANE_WEBHOOK_BIND_TIMEOUT_S} s of admission")
-    release_admitted(deployment, why)
-    return "released"
-
-
-def release_admitted(deployment: Deployment, why: str) -> bool:
-    """Release a webhook-placed pod's partition and mark it DELETED; False if it was not active."""
-    with transaction.atomic():
-        if not transition(Deployment, deployment.pk,
-                          [DeploymentStatus.PENDING, DeploymentStatus.PLACED, DeploymentStatus.RUNNING],
-                          DeploymentStatus.DELETED, actor=SYSTEM_WATCHER, reason=why, values={"message": why}):
-            return False
-        placements = Placement.objects.filter(deployment_id=deployment.pk)
-        release_placements(placements.values_list("pk", flat=True))
-        for placement in placements.exclude(status=PlacementStatus.RELEASED):
-            record("placement.released", placement, actor=SYSTEM_WATCHER, reason=why,
-                   before={"status": placement.status}, after={"status": PlacementStatus.RELEASED.value})
-        placements.update(status=PlacementStatus.RELEASED)
-    return True

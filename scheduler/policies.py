@@ -64,10 +64,3 @@ def policy_rule(policy: SharingPolicy) -> PolicyRule:
         mps_memory_limit_mib=policy.mps_memory_limit_mib, timeslice_replicas=policy.timeslice_replicas,
         fairness=FairnessMode(policy.fairness),
     )
-
-
-def policy_rules() -> list[PolicyRule]:
-    """The enabled policies, as the admission flow takes them."""
-    from scheduler.models import SharingPolicy
-
-    return [policy_rule(p) for p in SharingPolicy.objects.filter(enabled=True)]

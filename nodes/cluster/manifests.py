@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodes.cluster.base import ClusterConfigMap, WorkloadSpec
-from nodes.contract import LABEL_APP_NAME, LABEL_MANAGED_BY
+from nodes.contract import LABEL_APP_NAME, LABEL_MANAGED_BY, MANAGED_BY_GPUPLANE
 
 
 def deployment_manifest(spec: WorkloadSpec) -> dict[str, Any]:
@@ -82,3 +82,11 @@ def pinned_node(manifest: dict[str, Any]) -> str | None:
             if expr.get("key") == "kubernetes.io/hostname" and expr.get("operator") == "In" and expr.get("values"):
                 return expr["values"][0]
     return None
+
+
+def priority_class_manifest(name: str, value: int, description: str, *, preempts: bool) -> dict[str, Any]:
+    """A scheduling.k8s.io/v1 PriorityClass, labelled as gpuplane's."""
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY_GPUPLANE}},
+            "value": value, "globalDefault": False, "description": description,
+            "preemptionPolicy": "PreemptLowerPriority" if preempts else "Never"}

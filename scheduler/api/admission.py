@@ -9,6 +9,7 @@ the decision, its matrix and the patch without storing or reserving anything.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -21,8 +22,11 @@ from rest_framework.viewsets import GenericViewSet, ModelViewSet
 
 from gpuplane.roles import ADMIN, OPERATOR, RolePermission
 from lifecycle.audit import record
+from nodes.cluster.base import ClusterError
 from nodes.vocabulary import MIB_PER_GB, SHARE_MILLI_FULL
 from scheduler.models import AdmissionSettings, NamespaceQuota, PriorityLevel, SharingPolicy
+
+logger = logging.getLogger(__name__)
 
 
 class CleanedModelSerializer(serializers.ModelSerializer):
@@ -127,6 +131,15 @@ class PriorityLevelViewSet(AdminEdited, mixins.ListModelMixin, mixins.RetrieveMo
     queryset = PriorityLevel.objects.all()
     serializer_class = PriorityLevelSerializer
     audit_noun = "priority_level"
+
+    def perform_update(self, serializer: serializers.BaseSerializer) -> None:
+        from scheduler.services.priorities import sync_priority_classes
+
+        super().perform_update(serializer)
+        try:  # the row is the truth; a cluster that cannot be reached now is synced next time
+            sync_priority_classes(actor=self.request.user)
+        except ClusterError:
+            logger.warning("could not sync the PriorityClasses to the cluster", exc_info=True)
     filterset_class = None
     pagination_class = None
 

@@ -51,8 +51,7 @@ from scheduler.workloads import group_placements
 logger = logging.getLogger(__name__)
 
 # release_replica lives in ``releasing`` (``watching`` needs it too); callers may keep importing it here.
-__all__ = ["ACTIVE_PLACEMENT", "admit_replica", "next_replica_index", "place_replicas", "release_all",
-           "release_replica"]
+__all__ = ["ACTIVE_PLACEMENT", "next_replica_index", "place_replicas", "release_all", "release_replica"]
 
 MAX_ATTEMPTS = 5
 
@@ -102,24 +101,6 @@ def place_replicas(deployment: Deployment, replica_indexes: Iterable[int], *, sp
               new=new)
         raise
     return _start(deployment, placements, decision_ids, backend, new=new)
-
-
-def admit_replica(deployment: Deployment, spec: DeploySpec, *, reason: str) -> tuple[ReplicaPlan, int]:
-    """Decide and reserve the one replica of a pod admitted by the webhook; return its plan and the
-    id of its stored decision. The same decision, quota check, claims and audit as ``place_replicas``,
-    but no workload is created (the pod being admitted is it): the deployment (unsaved, origin
-    webhook) is stored PLACED and its placement BINDING until ``scheduler.admission.watch_admitted``
-    sees the pod bound, gone or never bound. Raises ``NoCapacity`` (nothing stored)."""
-    with PLACEMENT_DECISION_SECONDS.time():
-        placements, plans, node_pks = _decide_and_reserve(deployment, spec, [0], None)
-        decision_ids = _record_decisions(deployment, plans, node_pks)
-        with transaction.atomic():
-            transition(Deployment, deployment.pk, [DeploymentStatus.PENDING], DeploymentStatus.PLACED,
-                       actor="system:webhook", reason=reason,
-                       values={"placed_at": timezone.now(), "message": reason}, instance=deployment)
-            Placement.objects.filter(pk__in=[p.pk for p in placements], status=PlacementStatus.RESERVED).update(
-                status=PlacementStatus.BINDING)
-    return plans[0], decision_ids[0]
 
 
 def release_all(deployment: Deployment, *, user: Any = None, reason: str = "") -> int:

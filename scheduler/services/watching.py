@@ -29,6 +29,7 @@ from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError, NotFound
 from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.models import Deployment, Placement
+from scheduler.services.admitted import ORIGIN_WEBHOOK, watch_admitted  # a pod placed at admission
 from scheduler.services.capacity import release_placements
 from scheduler.services.execution import ACTIVE_PLACEMENT_STATUSES, delete_workloads, workload_names
 from scheduler.services.releasing import ACTIVE_PLACEMENT, release_replica
@@ -36,7 +37,6 @@ from scheduler.services.releasing import ACTIVE_PLACEMENT, release_replica
 logger = logging.getLogger(__name__)
 
 WATCH_TASK = "scheduler.tasks.watch_deployment_task"
-ORIGIN_WEBHOOK = "webhook"  # a pod placed at admission (scheduler.admission)
 ACTIVE = (DeploymentStatus.PENDING, DeploymentStatus.PLACED, DeploymentStatus.RUNNING)
 WATCH_RUNNING, WATCH_WAITING, WATCH_FAILED, WATCH_GONE = "running", "waiting", "failed", "gone"
 WATCH_ERROR = "error"
@@ -98,8 +98,6 @@ def watch_deployment(deployment_id: int, *, cluster: ClusterBackend | None = Non
     if deployment is None:
         return WATCH_GONE
     if deployment.origin == ORIGIN_WEBHOOK and deployment.status in ACTIVE:
-        from scheduler.admission import watch_admitted  # its pod, not workloads, says how it is
-
         return watch_admitted(deployment, cluster if cluster is not None else get_cluster(), now)
     starting = deployment.status == DeploymentStatus.RUNNING and _starting(deployment).exists()
     if deployment.status not in (DeploymentStatus.PENDING, DeploymentStatus.PLACED) and not starting:
