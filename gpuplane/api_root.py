@@ -29,6 +29,7 @@ ENDPOINTS: tuple[tuple[str, str, str], ...] = (
     ("deployments", "scheduler-api:deployment-list", ""),
     ("deployment", "scheduler-api:deployment-list", "{pk}/"),
     ("deployment-decision", "scheduler-api:deployment-list", "{pk}/decision/"),
+    ("deployment-inference-services", "scheduler-api:deployment-list", "{pk}/inference-services/"),
     ("sharing-policies", "scheduler-api:sharing-policy-list", ""),
     ("sharing-policy", "scheduler-api:sharing-policy-list", "{pk}/"),
     ("priority-levels", "scheduler-api:priority-level-list", ""),
