@@ -52,7 +52,15 @@ from nodes.models import Node, Partition
 from nodes.vocabulary import MIB_PER_GB, PartitionKind, SharingMode
 from scheduler.adapters import build_snapshot, namespace_quota
 from scheduler.choices import DeploymentStatus
-from scheduler.core.admission import ClusterFacts, MIGRoom, PodFacts, PolicyRule, SharingChoice, choose_sharing
+from scheduler.core.admission import (
+    ClusterFacts,
+    MIGRoom,
+    PodFacts,
+    PolicyRule,
+    SharingChoice,
+    choose_sharing,
+    opt_out,
+)
 from scheduler.core.types import Assignment, Priority, SharingRequest
 from scheduler.models import AdmissionSettings, Deployment, SharingPolicy
 from scheduler.pod_patch import ANNOTATION_ADMISSION, PodChange, pod_patch
@@ -146,6 +154,9 @@ def decide_pod(pod: dict[str, Any], namespace: str, *, dry_run: bool) -> Verdict
     if not gpu_requests:
         return Verdict()
     facts = pod_facts(pod, namespace, gpu_requests)
+    early = opt_out(facts, exempt_namespaces())
+    if early is not None and not early.places:
+        return Verdict(choice=early, message=early.reason)  # no query at all for a pod left alone
     choice = choose_sharing(facts, policy_rules(), cluster_facts(facts))
     if not choice.places:
         return Verdict(choice=choice, message=choice.reason)
@@ -205,11 +216,32 @@ def pod_facts(pod: dict[str, Any], namespace: str, gpu_requests: dict[str, int])
     )
 
 
+_EXEMPT: tuple[float, frozenset[str]] = (0.0, frozenset())
+EXEMPT_CACHE_S = 5.0  # an admin's edit of the exempt namespaces reaches every process within this
+
+
+def exempt_namespaces() -> frozenset[str]:
+    """The admins' exempt namespaces plus kube-system and gpuplane's own, read at most every
+    ``EXEMPT_CACHE_S`` per process (the webhook's manifest excludes the last two already)."""
+    global _EXEMPT
+    read_at, exempt = _EXEMPT
+    now = time.monotonic()
+    if now - read_at > EXEMPT_CACHE_S or not exempt:
+        listed = AdmissionSettings.objects.filter(pk=1).values_list("exempt_namespaces", flat=True).first() or []
+        exempt = frozenset([*listed, getattr(settings, "GPUPLANE_NAMESPACE", "") or "gpuplane", "kube-system"])
+        _EXEMPT = (now, exempt)
+    return exempt
+
+
+def forget_exempt_namespaces() -> None:
+    """Read the exempt namespaces again on the next review (after an edit, and between tests)."""
+    global _EXEMPT
+    _EXEMPT = (0.0, frozenset())
+
+
 def cluster_facts(pod: PodFacts) -> ClusterFacts:
     """Exempt namespaces, free MIG instances and the pinned node's facts, in at most three queries."""
-    admission = AdmissionSettings.current()
-    exempt = frozenset([*admission.exempt_namespaces, getattr(settings, "GPUPLANE_NAMESPACE", "") or "gpuplane",
-                        "kube-system"])
+    exempt = exempt_namespaces()
     room = tuple(MIGRoom(profile, memory) for profile, memory in
                  Partition.objects.filter(kind=PartitionKind.MIG, hold__isnull=True, pod="",
                                           gpu__node__ready=True, gpu__node__cordoned=False)

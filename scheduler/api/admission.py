@@ -164,6 +164,9 @@ class AdmissionSettingsView(AdminEdited, APIView):
         before = AdmissionSettingsSerializer(AdmissionSettings.current()).data
         row = serializer.save()
         record("admission_settings.updated", row, actor=request.user, before=before, after=serializer.data)
+        from scheduler.admission import forget_exempt_namespaces
+
+        forget_exempt_namespaces()
         return Response(serializer.data)
 
 

@@ -263,15 +263,24 @@ def _defaults(pod: PodFacts, cluster: ClusterFacts) -> list[SharingChoice]:
     return [*candidates, exclusive]
 
 
-def choose_sharing(pod: PodFacts, policies: Sequence[PolicyRule], cluster: ClusterFacts) -> SharingChoice:
-    """The sharing ``pod`` gets, or why it is left alone; see the module docstring for the order."""
-    if pod.namespace in cluster.exempt_namespaces:
+def opt_out(pod: PodFacts, exempt_namespaces: frozenset[str]) -> SharingChoice | None:
+    """The answer for an exempt namespace or an opted-out pod (None for every other pod): read
+    first, from the pod alone, so that a pod left alone costs no look at policies or the cluster."""
+    if pod.namespace in exempt_namespaces:
         return SharingChoice(Action.LEAVE, f"namespace {pod.namespace} is exempt from gpuplane's admission")
     if (pod.setting(LABEL_OPTIMIZE) or "").strip().lower() == "false":
         return SharingChoice(Action.LEAVE, f"the pod opts out with {LABEL_OPTIMIZE}: \"false\"")
     if (pod.setting(LABEL_SHARING_OPT_OUT) or "").strip().lower() == SHARING_DISABLED:
         return SharingChoice(Action.PLACE, f"the pod opts out of sharing with {LABEL_SHARING_OPT_OUT}: disabled; "
                              "whole GPUs", SharingRequest.EXCLUSIVE)
+    return None
+
+
+def choose_sharing(pod: PodFacts, policies: Sequence[PolicyRule], cluster: ClusterFacts) -> SharingChoice:
+    """The sharing ``pod`` gets, or why it is left alone; see the module docstring for the order."""
+    early = opt_out(pod, cluster.exempt_namespaces)
+    if early is not None:
+        return early
     if pod.mig_profile:
         return SharingChoice(Action.PLACE, f"the pod asks for MIG profile {pod.mig_profile} itself",
                              SharingRequest.MIG, mig_profile=pod.mig_profile)
