@@ -127,3 +127,20 @@ def test_an_internal_error_admits_unchanged_and_is_counted(cluster, monkeypatch)
     assert status == 200 and answer["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True,
                                                     "warnings": ["gpuplane could not decide; admitted unchanged"]}
     assert WEBHOOK_REVIEWS.labels(result="error")._value.get() == before + 1
+
+
+def test_the_dry_run_page_shows_the_decision_matrix_and_patch_and_stores_nothing(cluster, operator, viewer):
+    page = Client()
+    page.force_login(viewer)
+    assert page.get("/deployments/admission-dry-run/").status_code == 403
+    page.force_login(operator)
+    before = capacity_state()
+    manifest = ("apiVersion: v1\nkind: Pod\nmetadata: {name: nb, namespace: ml, labels: "
+                "{gpuplane.io/workload-type: development}}\n"
+                "spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: 1}}}]}\n")
+    response = page.post("/deployments/admission-dry-run/", {"manifest": manifest})
+    html = response.content.decode()
+    assert response.status_code == 200 and 'data-dry-run-result="placed"' in html
+    assert "time-slicing" in html and "kubernetes.io/hostname" in html and "Decision matrix" in html
+    assert capacity_state() == before and not Deployment.objects.exists()
+    assert "Paste one object" in page.post("/deployments/admission-dry-run/", {"manifest": "- a\n- b"}).content.decode()
