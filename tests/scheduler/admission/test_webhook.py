@@ -127,6 +127,8 @@ def test_an_internal_error_admits_unchanged_and_is_counted(cluster, monkeypatch)
     assert status == 200 and answer["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True,
                                                     "warnings": ["gpuplane could not decide; admitted unchanged"]}
     assert WEBHOOK_REVIEWS.labels(result="error")._value.get() == before + 1
+    exposition = Client().get("/metrics").content.decode()
+    assert 'gpuplane_webhook_reviews_total{result="error"}' in exposition
 
 
 def test_the_dry_run_page_shows_the_decision_matrix_and_patch_and_stores_nothing(cluster, operator, viewer):
