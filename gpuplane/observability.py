@@ -34,7 +34,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views import View
-from prometheus_client import REGISTRY, CollectorRegistry, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -58,6 +58,20 @@ PLACEMENT_DECISION_SECONDS = Histogram(
     "decision of every replica, reservation and the cluster calls that start the workloads (failures included).",
     # Milliseconds on a small cluster; seconds where a snapshot rebuild or a slow cluster API dominates.
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+
+# The admission webhook (scheduler/admission.py): every review by what it came to; "error" counts
+# the reviews that failed inside gpuplane and admitted the pod unchanged (fail open).
+WEBHOOK_REVIEWS = Counter(
+    "gpuplane_webhook_reviews_total",
+    "AdmissionReviews answered, by result: placed, unplaced, left-alone, refused (quota), error (admitted unchanged).",
+    ["result"],
+)
+WEBHOOK_REVIEW_SECONDS = Histogram(
+    "gpuplane_webhook_review_seconds",
+    "Time one AdmissionReview took inside gpuplane, by result.",
+    ["result"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
 
 MIB = 1024 * 1024

@@ -295,6 +295,8 @@ DEPLOYMENT_MAX_REPLICAS = env_int("GPUPLANE_DEPLOYMENT_MAX_REPLICAS", 32, minimu
 # A deployment whose workloads are not all ready this long after creation is failed and released.
 DEPLOYMENT_WATCH_TIMEOUT_S = env_int("GPUPLANE_DEPLOYMENT_WATCH_TIMEOUT_S", 600, minimum=10)
 DEPLOYMENT_WATCH_INTERVAL_S = env_int("GPUPLANE_DEPLOYMENT_WATCH_INTERVAL_S", 5, minimum=1)
+# A webhook-placed pod's partition is released this long after admission if no pod of it binds.
+GPUPLANE_WEBHOOK_BIND_TIMEOUT_S = env_int("GPUPLANE_WEBHOOK_BIND_TIMEOUT_S", 120, minimum=10)
 # Container image of the workloads gpuplane creates; it reads the model name from MODEL_NAME.
 GPUPLANE_WORKLOAD_IMAGE = env_str("GPUPLANE_WORKLOAD_IMAGE", "vllm/vllm-openai:latest")
 

@@ -8,6 +8,7 @@ from gpuplane.observability import DCGMExpositionView, MetricsView
 from gpuplane.ratelimits import limit_sign_in
 from gpuplane.token_api import ObtainTokenView
 from gpuplane.views import OverviewView
+from scheduler.webhook import mutate_pods
 
 urlpatterns = [
     # Before admin.site.urls, so that this rate-limited wrapper answers /admin/login/ (gpuplane/ratelimits.py).
@@ -36,6 +37,8 @@ urlpatterns = [
     path("metrics", MetricsView.as_view(), name="metrics"),
     # The latest per-GPU readings in DCGM exporter's format, for Prometheus as the time-series store.
     path("metrics/dcgm", DCGMExpositionView.as_view(), name="metrics-dcgm"),
+    # The admission webhook: the API server posts AdmissionReviews (scheduler/webhook.py).
+    path("webhooks/mutate-pods", mutate_pods, name="webhook-mutate-pods"),
     path("deployments/", include("scheduler.urls")),
     path("rollouts/", include("rollouts.urls")),
     path("savings/", include("savings.urls")),

@@ -10,6 +10,7 @@ deployments may hold (edited in the admin, enforced by the services).
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -54,6 +55,9 @@ class Deployment(models.Model):
     args = models.JSONField(default=list, blank=True, help_text="Container arguments; []: the image's")
     env = models.JSONField(default=dict, blank=True, help_text="Extra environment variables: {name: value}")
     status = models.CharField(max_length=16, choices=DeploymentStatus.choices, default=DeploymentStatus.PENDING)
+    # "api": made by a deploy request; "webhook": a pod someone else created, placed at admission
+    # (its one placement is released when the pod goes away or never binds, scheduler.admission).
+    origin = models.CharField(max_length=8, default="api", choices=[("api", "API"), ("webhook", "Webhook")])
     message = models.TextField(blank=True, help_text="Why the deployment failed, or the latest status change")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -335,3 +339,87 @@ class LearnedWeights(models.Model):
 
     def __str__(self) -> str:
         return f"learned weights of {self.profile}"
+
+
+class SharingPolicy(models.Model):
+    """How the pods a policy selects share their GPUs (admins edit it; ``scheduler.core.admission``
+    applies it). Selects by namespaces (empty: every namespace) and labels (all must match); of
+    the policies that select a pod the highest ``precedence`` wins (ties: by name). The settings
+    of other strategies than ``strategy`` are ignored. ``clean`` refuses what NVIDIA's components
+    cannot do, so the form and the API agree."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[
+        RegexValidator(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "Enter a DNS-1123 label.")])
+    description = models.TextField(blank=True)
+    enabled = models.BooleanField(default=True)
+    precedence = models.IntegerField(default=0, help_text="Higher wins when several policies select a pod")
+    namespaces = models.JSONField(default=list, blank=True, help_text="Namespaces it selects; [] = every namespace")
+    match_labels = models.JSONField(default=dict, blank=True, help_text="Pod labels it selects, all must match")
+    strategy = models.CharField(max_length=16, choices=SharingRequest.choices)
+    mig_profile = models.CharField(max_length=32, blank=True, help_text="MIG: a profile such as 1g.10gb; empty = "
+                                   "the smallest free instance that fits")
+    mps_max_clients = models.PositiveSmallIntegerField(null=True, blank=True, help_text="MPS: clients per GPU, "
+                                                       "2-48 (16 before compute capability 7.5)")
+    mps_memory_limit_mib = models.PositiveIntegerField(null=True, blank=True, help_text="MPS: pinned device "
+                                                       "memory per client, MiB")
+    timeslice_replicas = models.PositiveSmallIntegerField(null=True, blank=True, help_text="Time-slicing: "
+                                                          "replicas per GPU, 2-16; empty = from observed utilization")
+    fairness = models.CharField(max_length=16, default="default", choices=[("default", "Default (round robin)"),
+                                                                           ("equal", "Equal slices")])
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-precedence", "name"]
+        verbose_name_plural = "sharing policies"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.strategy}, precedence {self.precedence})"
+
+    def clean(self) -> None:
+        from scheduler.policies import policy_errors  # the rules live beside the mapping to the core
+
+        errors = policy_errors(self)
+        if errors:
+            raise ValidationError(errors)
+
+
+class AdmissionSettings(models.Model):
+    """The admission webhook's settings, one row (pk 1): exempt namespaces, preemption."""
+
+    exempt_namespaces = models.JSONField(default=list, blank=True,
+                                         help_text="Namespaces whose pods the webhook leaves alone")
+    preemption_enabled = models.BooleanField(default=False, help_text="Evict lower-priority placements to make "
+                                             "room for a higher-priority request (through the mover)")
+    preemption_delay_s = models.PositiveIntegerField(default=0, help_text="Wait before preempting (an autoscaler "
+                                                     "may add room meanwhile)")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "admission settings"
+
+    def __str__(self) -> str:
+        return "admission settings"
+
+    @classmethod
+    def current(cls) -> AdmissionSettings:
+        row, _ = cls.objects.get_or_create(pk=1)
+        return row
+
+
+class PriorityLevel(models.Model):
+    """The Kubernetes PriorityClass behind one priority: ``gpuplane-<priority>`` with ``value``.
+
+    Seed 002's classes by default: high = production inference (1000), medium = training (500),
+    low = research (100). gpuplane creates them in the cluster (``scheduler.services.priorities``)."""
+
+    priority = models.CharField(max_length=8, choices=Priority.choices, unique=True)
+    value = models.IntegerField(validators=[MinValueValidator(0), MaxValueValidator(1_000_000_000)])
+    description = models.CharField(max_length=200, blank=True)
+    preempts = models.BooleanField(default=True, help_text="May preempt lower priorities (PriorityClass "
+                                   "preemptionPolicy PreemptLowerPriority, else Never)")
+
+    class Meta:
+        ordering = ["-value"]
+
+    def __str__(self) -> str:
+        return f"{self.priority}: {self.value}"

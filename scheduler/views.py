@@ -8,10 +8,12 @@ arithmetic.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import Prefetch, QuerySet
@@ -228,3 +230,34 @@ class DeploymentDeleteView(RoleRequiredMixin, View):
             else:
                 messages.success(request, f"Deleted {deployment}; its GPUs are released.")
         return HttpResponseRedirect(reverse("scheduler:deployment-detail", args=[deployment.pk]))
+
+
+class AdmissionDryRunView(RoleRequiredMixin, View):
+    """`/deployments/admission-dry-run/` (operators): paste a Pod or an OME InferenceService (YAML
+    or JSON) and see what the admission webhook would decide (the choice and why, the decision
+    matrix, the JSON Patch); nothing is stored or reserved (``scheduler.admission.dry_run``)."""
+
+    required_role = OPERATOR
+    template_name = "scheduler/admission_dry_run.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return render(request, self.template_name, {"text": ""})
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        from scheduler.admission import dry_run
+
+        text = request.POST.get("manifest", "")
+        context: dict[str, Any] = {"text": text}
+        try:
+            obj = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            obj, context["error"] = None, f"Not YAML or JSON: {error}"
+        if obj is not None and not isinstance(obj, dict):
+            context["error"] = "Paste one object: a Pod or an InferenceService."
+        elif isinstance(obj, dict):
+            result = dry_run(obj)
+            names = {row.get("node") for row in (result.get("matrix") or {}).get("rows") or []}
+            context.update(result=result, patch=json.dumps(result["patch"], indent=2),
+                           table=matrix_table(result.get("matrix") or {}, node_urls({n for n in names if n}))
+                           if result.get("matrix") else None)
+        return render(request, self.template_name, context)

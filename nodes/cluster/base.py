@@ -256,6 +256,13 @@ class ClusterBackend(Protocol):
         """
         ...
 
+    def ensure_priority_class(self, name: str, value: int, description: str, *, preempts: bool = True) -> bool:
+        """Make the cluster-scoped PriorityClass ``name`` have ``value`` and the preemption policy
+        (PreemptLowerPriority, or Never when not ``preempts``): create it, or, when a stored one
+        differs, delete and create it again (both fields are immutable; pods keep the priority
+        they were admitted with). True when it changed anything."""
+        ...
+
     def review_token(self, token: str, audiences: list[str]) -> TokenReview:
         """Ask the cluster whose bearer `token` is (the TokenReview API), for one of `audiences`.
 

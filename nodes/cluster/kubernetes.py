@@ -33,6 +33,7 @@ from nodes.cluster.base import (
 from nodes.cluster.kubernetes_configmaps import ConfigMapCalls
 from nodes.cluster.kubernetes_http import FIELD_MANAGER, MERGE_PATCH, STRATEGIC_MERGE_PATCH, json_content
 from nodes.cluster.kubernetes_pdbs import PDBCalls
+from nodes.cluster.kubernetes_priorityclasses import PriorityClassCalls
 from nodes.cluster.kubernetes_tokenreview import TokenReviewCalls
 from nodes.cluster.manifests import deployment_manifest
 from nodes.cluster.parsing import parse_node, parse_pod
@@ -53,7 +54,7 @@ DEFAULT_REQUEST_TIMEOUT_S = (5.0, 30.0)
 _T = TypeVar("_T")
 
 
-class KubernetesCluster(ConfigMapCalls, PDBCalls, TokenReviewCalls):
+class KubernetesCluster(ConfigMapCalls, PDBCalls, TokenReviewCalls, PriorityClassCalls):
     """ClusterBackend for a real Kubernetes cluster, reached through `api_client`.
 
     `device_plugin_namespace` is where the NVIDIA device plugin pods run (the GPU operator's
@@ -76,6 +77,7 @@ class KubernetesCluster(ConfigMapCalls, PDBCalls, TokenReviewCalls):
         self.apps = client.AppsV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
         self.authentication = client.AuthenticationV1Api(api_client)
+        self.scheduling = client.SchedulingV1Api(api_client)  # PriorityClasses (kubernetes_priorityclasses)
         self.device_plugin_namespace = device_plugin_namespace
         self.page_size = page_size
         self.request_timeout_s = request_timeout_s

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodes.cluster.base import ClusterConfigMap, ClusterPDB, WorkloadSpec
-from nodes.contract import LABEL_APP_NAME, LABEL_MANAGED_BY
+from nodes.contract import LABEL_APP_NAME, LABEL_MANAGED_BY, MANAGED_BY_GPUPLANE
 
 
 def deployment_manifest(spec: WorkloadSpec) -> dict[str, Any]:
@@ -94,3 +94,11 @@ def pdb_manifest(pdb: ClusterPDB) -> dict[str, Any]:
         "metadata": {"name": pdb.name, "namespace": pdb.namespace},
         "spec": {"selector": {"matchLabels": dict(pdb.match_labels)}, **budget},
     }
+
+
+def priority_class_manifest(name: str, value: int, description: str, *, preempts: bool) -> dict[str, Any]:
+    """A scheduling.k8s.io/v1 PriorityClass, labelled as gpuplane's."""
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY_GPUPLANE}},
+            "value": value, "globalDefault": False, "description": description,
+            "preemptionPolicy": "PreemptLowerPriority" if preempts else "Never"}

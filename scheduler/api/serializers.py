@@ -279,7 +279,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "model", "memory_gb", "memory_mib", "gpu_count", "replicas", "workload_type", "priority",
             "latency_slo_ms", "namespace", "labels", "sharing", "share_percent", "cpu", "memory",
-            "enable_gpu_selection", "image", "command", "args", "env", "status", "message",
+            "enable_gpu_selection", "image", "command", "args", "env", "status", "origin", "message",
             "created_by", "created_at", "updated_at", "placed_at", "placements", "decision",
             "autoscale_policy", "autoscale_settings", "autoscale_native",
         ]

@@ -1,7 +1,8 @@
 """`/api/v1/` routes of the scheduler, under the `scheduler-api` namespace."""
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from scheduler.api import views
+from scheduler.api import admission, views
 
 app_name = "scheduler-api"
 
@@ -9,4 +10,11 @@ app_name = "scheduler-api"
 router = SimpleRouter()
 router.include_format_suffixes = False
 router.register("deployments", views.DeploymentViewSet, basename="deployment")
-urlpatterns = router.urls
+router.register("sharing-policies", admission.SharingPolicyViewSet, basename="sharing-policy")
+router.register("priority-levels", admission.PriorityLevelViewSet, basename="priority-level")
+router.register("namespace-quotas", admission.NamespaceQuotaViewSet, basename="namespace-quota")
+urlpatterns = [
+    *router.urls,
+    path("admission-settings/", admission.AdmissionSettingsView.as_view(), name="admission-settings"),
+    path("admission/dry-run/", admission.AdmissionDryRunView.as_view(), name="admission-dry-run"),
+]

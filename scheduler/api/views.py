@@ -133,3 +133,13 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Strict
         decisions = deployment.decisions.select_related("node").order_by("replica_index", "created_at")
         data = {"deployment": deployment.pk, "status": deployment.status, "decisions": decisions}
         return Response(DeploymentDecisionsSerializer(data).data)
+
+    @extend_schema(responses={200: OpenApiResponse(description="ome.io/v1beta1 InferenceService manifests")},
+                   filters=False)
+    @action(detail=True, methods=["get"], url_path="inference-services", pagination_class=None,
+            filterset_class=None)
+    def inference_services(self, request: Request, pk: str | None = None) -> Response:
+        """The deployment as OME InferenceServices (rendered, not created): one per workload."""
+        from scheduler.services.rendering import inference_services
+
+        return Response(inference_services(self.get_object()))

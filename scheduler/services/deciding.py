@@ -139,7 +139,7 @@ class ReplicaPlan:
         return matrix
 
 
-def _request(spec: DeploySpec, replica_index: int, quota: QuotaUsage | None) -> PlacementRequest:
+def placement_request(spec: DeploySpec, replica_index: int, quota: QuotaUsage | None) -> PlacementRequest:
     return PlacementRequest(
         key=f"{spec.namespace}/{spec.name}#{replica_index}",
         memory_mib=spec.memory_mib,
@@ -188,7 +188,7 @@ def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler,
     quota_before = quota
     for position, replica_index in enumerate(indexes):
         started = time.perf_counter()
-        request = _request(spec, replica_index, quota)
+        request = placement_request(spec, replica_index, quota)
         decision = scheduler.schedule(request, inventory.snapshot)
         elapsed = time.perf_counter() - started
         message = decision.message
@@ -213,7 +213,7 @@ def decide(spec: DeploySpec, inventory: InventorySnapshot, scheduler: Scheduler,
             plan = ReplicaPlan(replica_index, DecisionOutcome.DEFAULT_SCHEDULER, decision, message, elapsed * 1000,
                                overrides={"outcome": DecisionOutcome.DEFAULT_SCHEDULER.value, "message": message})
         else:
-            requests = [_request(spec, index, quota_before) for index in indexes]
+            requests = [placement_request(spec, index, quota_before) for index in indexes]
             requests[position] = request
             raise _unplaced(scheduler, inventory, requests, position, plans, replica_index)
         plans.append(plan)

@@ -39,8 +39,11 @@ def deploy(spec: DeploySpec, *, user: Any = None, cluster: ClusterBackend | None
     the user waits for, not only the placement core's share of it. ``nodes`` limits the decision
     to those node names (the demo's seed steers its deployments; None: every node).
     """
+    from scheduler.services.preemption import with_preemption  # preemption places through deploy, too
+
     with PLACEMENT_DECISION_SECONDS.time():
-        return _deploy(spec, user=user, cluster=cluster, nodes=nodes)
+        return with_preemption(spec, lambda: _deploy(spec, user=user, cluster=cluster, nodes=nodes), user=user,
+                               cluster=cluster)
 
 
 def _deploy(spec: DeploySpec, *, user: Any, cluster: ClusterBackend | None,

@@ -27,12 +27,14 @@ class NoCapacity(Conflict):
         self.decision = decision
         self.replica_index = replica_index
         self.explanation = explanation or {}
+        # What preemption would have taken (or took too little of): {"node", "victims", "why_not"}.
+        self.preemption: dict[str, Any] | None = None
 
     def body(self) -> dict[str, Any]:
         explanation = self.explanation
         return {"detail": self.message, "replica": self.replica_index, "reason": explanation.get("reason", ""),
                 "suggestion": explanation.get("suggestion"), "released_replicas": explanation.get("released", 0),
-                "decision": self.decision}
+                "preemption": self.preemption, "decision": self.decision}
 
 
 class DeployFailed(ClusterError):

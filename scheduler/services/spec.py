@@ -15,6 +15,7 @@ from nodes import quantities
 from nodes.contract import RESERVED_LABEL_KEYS, RESERVED_LABEL_PREFIX
 from nodes.vocabulary import MIB_PER_GB
 from scheduler.core import Priority, SharingRequest, WorkloadType
+from scheduler.inference_services import tp_size
 from scheduler.models import Deployment
 from scheduler.services.container import arguments_errors, env_errors, image_errors
 
@@ -213,6 +214,7 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
     type's default (``HOST_DEFAULTS``); the result holds them in canonical form ("4", "16Gi").
     """
     errors: dict[str, list[str]] = defaultdict(list)
+    spec = _gpus_from_tensor_parallel(spec, errors)
     _check_dns_label(errors, "name", spec.name)
     _check_dns_label(errors, "namespace", spec.namespace)
     _check_text(errors, "model", spec.model, max_length=Deployment._meta.get_field("model").max_length)
@@ -253,6 +255,22 @@ def validate_spec(spec: DeploySpec) -> DeploySpec:
         spec, memory_gb=float(memory), labels=dict(spec.labels), command=list(spec.command), args=list(spec.args),
         env=dict(spec.env), cpu=quantities.format_cpu(spec.cpu_milli), memory=quantities.format_memory(spec.host_memory_mib),
     )
+
+
+def _gpus_from_tensor_parallel(spec: DeploySpec, errors: dict[str, list[str]]) -> DeploySpec:
+    """Seed 004: the GPU count follows ``--tp-size`` / ``--tp_size`` / ``--tpsize`` in the command or
+    arguments (or TP_SIZE in env) when the request states none (1); a different count is an error."""
+    try:
+        env = [{"name": k, "value": v} for k, v in dict(spec.env).items()]
+        tp = tp_size([*spec.command, *spec.args], env)
+    except (TypeError, ValueError):
+        return spec  # malformed command / args / env: their own checks say so
+    if tp is None or tp == spec.gpu_count:
+        return spec
+    if spec.gpu_count == 1:
+        return replace(spec, gpu_count=tp)
+    errors["gpu_count"].append(f"{spec.gpu_count} GPUs disagree with the tensor-parallel size {tp} of the arguments.")
+    return spec
 
 
 def cross_field_errors(gpu_count: int, sharing: str, share_percent: int | None) -> dict[str, str]:

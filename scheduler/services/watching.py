@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from celery import current_app
 from django.conf import settings
@@ -26,9 +26,10 @@ from django.utils import timezone
 from lifecycle.audit import SYSTEM_WATCHER, record
 from lifecycle.transitions import transition
 from nodes.cluster.backends import get_cluster
-from nodes.cluster.base import ClusterBackend, ClusterError, NotFound
+from nodes.cluster.base import ClusterBackend, ClusterError, ClusterPod, NotFound
 from scheduler.choices import DeploymentStatus, PlacementStatus
 from scheduler.models import Deployment, Placement
+from scheduler.services.admitted import ORIGIN_WEBHOOK, watch_admitted  # a pod placed at admission
 from scheduler.services.capacity import release_placements
 from scheduler.services.execution import ACTIVE_PLACEMENT_STATUSES, delete_workloads, workload_names
 from scheduler.services.releasing import ACTIVE_PLACEMENT, release_replica
@@ -96,6 +97,8 @@ def watch_deployment(deployment_id: int, *, cluster: ClusterBackend | None = Non
     deployment = Deployment.objects.filter(pk=deployment_id).first()
     if deployment is None:
         return WATCH_GONE
+    if deployment.origin == ORIGIN_WEBHOOK and deployment.status in ACTIVE:
+        return watch_admitted(deployment, cluster if cluster is not None else get_cluster(), now)
     starting = deployment.status == DeploymentStatus.RUNNING and _starting(deployment).exists()
     if deployment.status not in (DeploymentStatus.PENDING, DeploymentStatus.PLACED) and not starting:
         return str(deployment.status)
@@ -185,6 +188,22 @@ def _watch_extra_replicas(deployment: Deployment, backend: ClusterBackend, now: 
     return WATCH_WAITING if waiting else WATCH_RUNNING
 
 
+class OnePodListing:
+    """A cluster whose ``list_gpu_pods`` is asked once and then answered from that listing."""
+
+    def __init__(self, cluster: ClusterBackend) -> None:
+        self._cluster = cluster
+        self._pods: list[ClusterPod] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cluster, name)
+
+    def list_gpu_pods(self) -> list[ClusterPod]:
+        if self._pods is None:
+            self._pods = self._cluster.list_gpu_pods()
+        return self._pods
+
+
 def sweep_deployments(now: datetime | None = None, *, cluster: ClusterBackend | None = None,
                       limit: int = SWEEP_BATCH) -> dict[int, str]:
     """Watch every pending or placed deployment, or running one with replicas starting, nobody has
@@ -202,7 +221,8 @@ def sweep_deployments(now: datetime | None = None, *, cluster: ClusterBackend | 
     stale_before = now - timedelta(seconds=settings.DEPLOYMENT_WATCH_INTERVAL_S)
     due = list(
         Deployment.objects.filter(Q(status__in=(DeploymentStatus.PENDING, DeploymentStatus.PLACED))
-                                  | Q(status=DeploymentStatus.RUNNING, placements__status=PlacementStatus.BINDING))
+                                  | Q(status=DeploymentStatus.RUNNING, placements__status=PlacementStatus.BINDING)
+                                  | Q(status=DeploymentStatus.RUNNING, origin=ORIGIN_WEBHOOK))
         .distinct()
         .annotate(last_look=Coalesce("watched_at", "created_at"))
         .filter(last_look__lte=stale_before)
@@ -211,7 +231,8 @@ def sweep_deployments(now: datetime | None = None, *, cluster: ClusterBackend | 
     )
     if not due:
         return {}
-    backend = cluster if cluster is not None else get_cluster()
+    # Webhook-placed pods are looked for in one listing of GPU pods per sweep, not one per pod.
+    backend = cast(ClusterBackend, OnePodListing(cluster if cluster is not None else get_cluster()))
     outcomes = {}
     for deployment_id in due:
         try:

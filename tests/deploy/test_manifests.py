@@ -3,6 +3,8 @@ installation keeps the promises of docs/install.md (probes, resources, non-root,
 the webhook's scope, the API server's way to the webhook, the PriorityClasses the code names)."""
 from __future__ import annotations
 
+import importlib
+
 import jsonschema
 import kubernetes_validate
 import pytest
@@ -181,6 +183,17 @@ def test_the_priority_classes_are_exactly_those_the_code_names(overlay):
     values = [classes[name]["value"] for name in expected]
     assert values == sorted(values, reverse=True) and len(set(values)) == len(values)
     assert not any(pc.get("globalDefault") for pc in classes.values())
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_priority_classes_carry_the_values_gpuplane_starts_with(overlay):
+    # seed 002's values, as the migration stores them for gpuplane's PriorityLevel rows
+    defaults = importlib.import_module("scheduler.migrations.0011_admission")
+    classes = {pc["metadata"]["name"]: pc for pc in of_kind(render(overlay), "PriorityClass")}
+    for priority, value, _ in defaults.SEED_002:
+        pc = classes[f"{PRIORITY_CLASS_PREFIX}{priority}"]
+        assert pc["value"] == value
+        assert pc["preemptionPolicy"] == ("Never" if priority == "low" else "PreemptLowerPriority")
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

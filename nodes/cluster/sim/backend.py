@@ -39,6 +39,7 @@ from nodes.cluster.sim import (
 )
 from nodes.cluster.sim.configmaps import ConfigMapAPI
 from nodes.cluster.sim.objects import REMOVED_DELETED, find_node, remove_pod
+from nodes.cluster.sim.priority_classes import PriorityClassAPI
 from nodes.cluster.sim.service_accounts import ServiceAccountAPI
 from nodes.cluster.sim.store import State, StateFile
 from nodes.cluster.watch_events import node_changes, pod_changes
@@ -60,7 +61,7 @@ _COLLECTIONS = {
 }
 
 
-class SimulatedCluster(ConfigMapAPI, ServiceAccountAPI):
+class SimulatedCluster(ConfigMapAPI, ServiceAccountAPI, PriorityClassAPI):
     """A ClusterBackend over a state file (`store`); see `nodes.cluster.sim` for what it simulates.
 
     `clock` is a callable returning seconds (like `time.time`) or an object with a numeric `now`

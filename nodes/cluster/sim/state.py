@@ -12,7 +12,7 @@ from nodes.cluster.sim.indexes import Indexes
 
 STATE_VERSION = 1
 # Collections of Kubernetes objects, whose metadata.resourceVersion is the row's version.
-KUBERNETES_COLLECTIONS = ("nodes", "pods", "deployments", "pdbs", "configmaps")
+KUBERNETES_COLLECTIONS = ("nodes", "pods", "deployments", "pdbs", "configmaps", "priorityclasses")
 # Top-level collections, and the simulator's bookkeeping under "sim" (stored as "sim.<name>").
 TOP_COLLECTIONS = (*KUBERNETES_COLLECTIONS, "faults")
 SIM_COLLECTIONS = ("nodes", "pods", "replica_sets")

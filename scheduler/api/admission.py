@@ -1,0 +1,189 @@
+"""`/api/v1/sharing-policies/`, `/api/v1/priority-levels/`, `/api/v1/namespace-quotas/`,
+`/api/v1/admission-settings/` and `/api/v1/admission/dry-run/`.
+
+What admins edit (viewers and operators read, and get 403 on writes): validation lives in the
+models' ``clean`` (``scheduler.policies``), which the serializers call, so the admin form and the
+API refuse the same things. Quotas speak GPUs and GB, the units of the rest of the UI; the rows
+keep thousandths of a GPU and MiB. The dry run takes a pod (or an InferenceService) and answers
+the decision, its matrix and the patch without storing or reserving anything.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+from rest_framework.viewsets import GenericViewSet, ModelViewSet
+
+from gpuplane.roles import ADMIN, OPERATOR, RolePermission
+from lifecycle.audit import record
+from nodes.cluster.base import ClusterError
+from nodes.vocabulary import MIB_PER_GB, SHARE_MILLI_FULL
+from scheduler.models import AdmissionSettings, NamespaceQuota, PriorityLevel, SharingPolicy
+
+logger = logging.getLogger(__name__)
+
+
+class CleanedModelSerializer(serializers.ModelSerializer):
+    """Runs the model's ``clean`` (its field messages become the 400's)."""
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        instance = self.instance or self.Meta.model()
+        for name, value in attrs.items():
+            setattr(instance, name, value)
+        try:
+            instance.clean()
+        except DjangoValidationError as error:
+            raise serializers.ValidationError(error.message_dict) from error
+        return attrs
+
+
+class SharingPolicySerializer(CleanedModelSerializer):
+    class Meta:
+        model = SharingPolicy
+        fields = ["id", "name", "description", "enabled", "precedence", "namespaces", "match_labels", "strategy",
+                  "mig_profile", "mps_max_clients", "mps_memory_limit_mib", "timeslice_replicas", "fairness",
+                  "updated_at"]
+        read_only_fields = ["updated_at"]
+
+
+class PriorityLevelSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = PriorityLevel
+        fields = ["id", "priority", "value", "description", "preempts"]
+        read_only_fields = ["priority"]
+
+
+class AdmissionSettingsSerializer(serializers.ModelSerializer):
+    exempt_namespaces = serializers.ListField(child=serializers.RegexField(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                                                                           max_length=63), allow_empty=True)
+
+    class Meta:
+        model = AdmissionSettings
+        fields = ["exempt_namespaces", "preemption_enabled", "preemption_delay_s", "updated_at"]
+        read_only_fields = ["updated_at"]
+
+
+class NamespaceQuotaSerializer(serializers.ModelSerializer):
+    """GPUs (0.5 = half a GPU's compute) and GB of GPU memory; null = unlimited."""
+
+    gpus = serializers.DecimalField(max_digits=9, decimal_places=3, min_value=0, allow_null=True, required=False,
+                                    help_text="Compute share in GPUs; null = unlimited")
+    memory_gb = serializers.DecimalField(max_digits=9, decimal_places=3, min_value=0, allow_null=True, required=False,
+                                         help_text="GPU memory in GB; null = unlimited")
+
+    class Meta:
+        model = NamespaceQuota
+        fields = ["id", "namespace", "gpus", "memory_gb"]
+
+    def to_representation(self, instance: NamespaceQuota) -> dict[str, Any]:
+        return {"id": instance.pk, "namespace": instance.namespace,
+                "gpus": None if instance.max_gpu_milli is None else instance.max_gpu_milli / SHARE_MILLI_FULL,
+                "memory_gb": None if instance.max_memory_mib is None else instance.max_memory_mib / MIB_PER_GB}
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "gpus" in attrs:
+            gpus = attrs.pop("gpus")
+            attrs["max_gpu_milli"] = None if gpus is None else int(gpus * SHARE_MILLI_FULL)
+        if "memory_gb" in attrs:
+            memory = attrs.pop("memory_gb")
+            attrs["max_memory_mib"] = None if memory is None else int(memory * MIB_PER_GB)
+        return attrs
+
+
+class AdminEdited:
+    """Admins write, everyone with a role reads; every change is an audit event."""
+
+    permission_classes = [RolePermission]
+    write_role = ADMIN
+    audit_noun = ""
+    request: Request
+
+    def perform_create(self, serializer: serializers.BaseSerializer) -> None:
+        instance = serializer.save()
+        record(f"{self.audit_noun}.created", instance, actor=self.request.user, after=serializer.data)
+
+    def perform_update(self, serializer: serializers.BaseSerializer) -> None:
+        before = type(serializer)(serializer.instance).data
+        instance = serializer.save()
+        record(f"{self.audit_noun}.updated", instance, actor=self.request.user, before=before, after=serializer.data)
+
+    def perform_destroy(self, instance: Any) -> None:
+        record(f"{self.audit_noun}.deleted", instance, actor=self.request.user)
+        instance.delete()
+
+
+class SharingPolicyViewSet(AdminEdited, ModelViewSet):
+    queryset = SharingPolicy.objects.all()
+    serializer_class = SharingPolicySerializer
+    audit_noun = "sharing_policy"
+    filterset_class = None
+    pagination_class = None
+
+
+class PriorityLevelViewSet(AdminEdited, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,
+                           GenericViewSet):
+    queryset = PriorityLevel.objects.all()
+    serializer_class = PriorityLevelSerializer
+    audit_noun = "priority_level"
+
+    def perform_update(self, serializer: serializers.BaseSerializer) -> None:
+        from scheduler.services.priorities import sync_priority_classes
+
+        super().perform_update(serializer)
+        try:  # the row is the truth; a cluster that cannot be reached now is synced next time
+            sync_priority_classes(actor=self.request.user)
+        except ClusterError:
+            logger.warning("could not sync the PriorityClasses to the cluster", exc_info=True)
+    filterset_class = None
+    pagination_class = None
+
+
+class NamespaceQuotaViewSet(AdminEdited, ModelViewSet):
+    queryset = NamespaceQuota.objects.all()
+    serializer_class = NamespaceQuotaSerializer
+    audit_noun = "namespace_quota"
+    filterset_class = None
+    pagination_class = None
+
+
+class AdmissionSettingsView(AdminEdited, APIView):
+    @extend_schema(responses=AdmissionSettingsSerializer)
+    def get(self, request: Request) -> Response:
+        return Response(AdmissionSettingsSerializer(AdmissionSettings.current()).data)
+
+    @extend_schema(request=AdmissionSettingsSerializer, responses=AdmissionSettingsSerializer)
+    def patch(self, request: Request) -> Response:
+        serializer = AdmissionSettingsSerializer(AdmissionSettings.current(), data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        before = AdmissionSettingsSerializer(AdmissionSettings.current()).data
+        row = serializer.save()
+        record("admission_settings.updated", row, actor=request.user, before=before, after=serializer.data)
+        from scheduler.admission import forget_exempt_namespaces
+
+        forget_exempt_namespaces()
+        return Response(serializer.data)
+
+
+class DryRunSerializer(serializers.Serializer):
+    object = serializers.DictField(help_text="A Pod, or an ome.io InferenceService")
+
+
+class AdmissionDryRunView(APIView):
+    """Paste a pod: the decision, its matrix and the patch; nothing is stored or reserved."""
+
+    permission_classes = [RolePermission]
+    write_role = OPERATOR  # a POST that changes nothing, open to whoever may deploy
+
+    @extend_schema(request=DryRunSerializer)
+    def post(self, request: Request) -> Response:
+        from scheduler.admission import dry_run
+
+        serializer = DryRunSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return Response(dry_run(serializer.validated_data["object"]))
