@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django.db import models
 from django.db.models import QuerySet
 from rest_framework import exceptions, serializers
 from rest_framework.filters import BaseFilterBackend, OrderingFilter, SearchFilter
@@ -126,6 +127,19 @@ def _names_writable_field(key: Any, data: Mapping[str, Any], fields: Mapping[str
 
 class StrictSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
     """Base of request bodies: a Serializer that refuses unknown fields."""
+
+
+class StrictModelFieldsMixin:
+    """For a ModelSerializer: the model's numbers and booleans become the strict fields above."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        **dict.fromkeys((models.IntegerField, models.SmallIntegerField, models.BigIntegerField,
+                         models.PositiveIntegerField, models.PositiveSmallIntegerField,
+                         models.PositiveBigIntegerField), StrictIntegerField),
+        models.FloatField: StrictFloatField,
+        models.BooleanField: StrictBooleanField,
+    }
 
 
 class NoFieldsSerializer(StrictSerializer):

@@ -13,15 +13,27 @@ import logging
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from drf_spectacular.utils import extend_schema
+from django.db import IntegrityError, transaction
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.validators import UniqueValidator
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet, ModelViewSet
 
+from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import ADMIN, OPERATOR, RolePermission
+from gpuplane.strict_input import (
+    RejectUnknownFieldsMixin,
+    StrictFloatField,
+    StrictModelFieldsMixin,
+    StrictQueryParametersMixin,
+    StrictSerializer,
+)
 from lifecycle.audit import record
+from lifecycle.errors import Conflict
 from nodes.cluster.base import ClusterError
 from nodes.vocabulary import MIB_PER_GB, SHARE_MILLI_FULL
 from scheduler.models import AdmissionSettings, NamespaceQuota, PriorityLevel, SharingPolicy
@@ -29,8 +41,22 @@ from scheduler.models import AdmissionSettings, NamespaceQuota, PriorityLevel, S
 logger = logging.getLogger(__name__)
 
 
-class CleanedModelSerializer(serializers.ModelSerializer):
+class UniqueAs409:
+    """A name or namespace already taken is not a 400 but a 409 (``save_unique``): the request is
+    valid, the state refuses it."""
+
+    def get_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = super().get_fields()  # type: ignore[misc]
+        for field in fields.values():
+            field.validators = [v for v in field.validators if not isinstance(v, UniqueValidator)]
+        return fields
+
+
+class CleanedByModel:
     """Runs the model's ``clean`` (its field messages become the 400's)."""
+
+    instance: Any
+    Meta: Any
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         instance = self.instance or self.Meta.model()
@@ -43,7 +69,8 @@ class CleanedModelSerializer(serializers.ModelSerializer):
         return attrs
 
 
-class SharingPolicySerializer(CleanedModelSerializer):
+class SharingPolicySerializer(RejectUnknownFieldsMixin, StrictModelFieldsMixin, CleanedByModel, UniqueAs409,
+                              serializers.ModelSerializer):
     class Meta:
         model = SharingPolicy
         fields = ["id", "name", "description", "enabled", "precedence", "namespaces", "match_labels", "strategy",
@@ -52,14 +79,14 @@ class SharingPolicySerializer(CleanedModelSerializer):
         read_only_fields = ["updated_at"]
 
 
-class PriorityLevelSerializer(serializers.ModelSerializer):
+class PriorityLevelSerializer(RejectUnknownFieldsMixin, StrictModelFieldsMixin, serializers.ModelSerializer):
     class Meta:
         model = PriorityLevel
         fields = ["id", "priority", "value", "description", "preempts"]
         read_only_fields = ["priority"]
 
 
-class AdmissionSettingsSerializer(serializers.ModelSerializer):
+class AdmissionSettingsSerializer(RejectUnknownFieldsMixin, StrictModelFieldsMixin, serializers.ModelSerializer):
     exempt_namespaces = serializers.ListField(child=serializers.RegexField(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
                                                                            max_length=63), allow_empty=True)
 
@@ -69,13 +96,14 @@ class AdmissionSettingsSerializer(serializers.ModelSerializer):
         read_only_fields = ["updated_at"]
 
 
-class NamespaceQuotaSerializer(serializers.ModelSerializer):
+class NamespaceQuotaSerializer(RejectUnknownFieldsMixin, StrictModelFieldsMixin, UniqueAs409,
+                               serializers.ModelSerializer):
     """GPUs (0.5 = half a GPU's compute) and GB of GPU memory; null = unlimited."""
 
-    gpus = serializers.DecimalField(max_digits=9, decimal_places=3, min_value=0, allow_null=True, required=False,
-                                    help_text="Compute share in GPUs; null = unlimited")
-    memory_gb = serializers.DecimalField(max_digits=9, decimal_places=3, min_value=0, allow_null=True, required=False,
-                                         help_text="GPU memory in GB; null = unlimited")
+    gpus = StrictFloatField(min_value=0, max_value=1e6, allow_null=True, required=False,
+                            help_text="Compute share in GPUs; null = unlimited")
+    memory_gb = StrictFloatField(min_value=0, max_value=1e9, allow_null=True, required=False,
+                                 help_text="GPU memory in GB; null = unlimited")
 
     class Meta:
         model = NamespaceQuota
@@ -89,10 +117,10 @@ class NamespaceQuotaSerializer(serializers.ModelSerializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "gpus" in attrs:
             gpus = attrs.pop("gpus")
-            attrs["max_gpu_milli"] = None if gpus is None else int(gpus * SHARE_MILLI_FULL)
+            attrs["max_gpu_milli"] = None if gpus is None else round(gpus * SHARE_MILLI_FULL)
         if "memory_gb" in attrs:
             memory = attrs.pop("memory_gb")
-            attrs["max_memory_mib"] = None if memory is None else int(memory * MIB_PER_GB)
+            attrs["max_memory_mib"] = None if memory is None else round(memory * MIB_PER_GB)
         return attrs
 
 
@@ -102,15 +130,16 @@ class AdminEdited:
     permission_classes = [RolePermission]
     write_role = ADMIN
     audit_noun = ""
+    parser_classes = [LimitedJSONParser]  # lists and label maps: JSON bodies, as the rollouts API takes
     request: Request
 
     def perform_create(self, serializer: serializers.BaseSerializer) -> None:
-        instance = serializer.save()
+        instance = save_unique(serializer)
         record(f"{self.audit_noun}.created", instance, actor=self.request.user, after=serializer.data)
 
     def perform_update(self, serializer: serializers.BaseSerializer) -> None:
         before = type(serializer)(serializer.instance).data
-        instance = serializer.save()
+        instance = save_unique(serializer)
         record(f"{self.audit_noun}.updated", instance, actor=self.request.user, before=before, after=serializer.data)
 
     def perform_destroy(self, instance: Any) -> None:
@@ -118,19 +147,72 @@ class AdminEdited:
         instance.delete()
 
 
-class SharingPolicyViewSet(AdminEdited, ModelViewSet):
+# Request bodies as components of their own: the schema says they refuse unknown fields
+# (additionalProperties: false), which the shared request/response component cannot.
+class SharingPolicyRequestSerializer(SharingPolicySerializer):
+    pass
+
+
+class PriorityLevelRequestSerializer(PriorityLevelSerializer):
+    pass
+
+
+class AdmissionSettingsRequestSerializer(AdmissionSettingsSerializer):
+    pass
+
+
+class NamespaceQuotaRequestSerializer(NamespaceQuotaSerializer):
+    pass
+
+
+def save_unique(serializer: serializers.BaseSerializer) -> Any:
+    """Save; a unique name or namespace already taken (by another request, maybe at the same moment)
+    is a 409 naming it, and nothing is stored."""
+    try:
+        with transaction.atomic():
+            return serializer.save()
+    except IntegrityError as error:
+        model = serializer.Meta.model  # type: ignore[attr-defined]
+        taken = {name: serializer.validated_data[name] for name in UNIQUE_FIELDS.get(model.__name__, ())
+                 if name in serializer.validated_data}
+        described = ", ".join(f"{name} {value!r}" for name, value in taken.items()) or "these values"
+        raise Conflict(f"A {model._meta.verbose_name} with {described} already exists.", **taken) from error
+
+
+UNIQUE_FIELDS = {"SharingPolicy": ("name",), "NamespaceQuota": ("namespace",)}
+CONFLICT = OpenApiResponse(description="A row with this name or namespace already exists")
+EDIT_RESPONSES = {"create": 201, "update": 200, "partial_update": 200}
+
+
+def admin_edited_schema(serializer: type[serializers.Serializer], request: type[serializers.Serializer],
+                        *actions: str, conflict: bool = True) -> Any:
+    """The request component and, where a name or namespace may be taken, the 409 of the actions that write."""
+    responses: dict[int, Any] = {409: CONFLICT} if conflict else {}
+    return extend_schema_view(**{
+        action: extend_schema(request=request, responses={EDIT_RESPONSES[action]: serializer, **responses})
+        for action in actions})
+
+
+@admin_edited_schema(SharingPolicySerializer, SharingPolicyRequestSerializer, "create", "update", "partial_update")
+class SharingPolicyViewSet(AdminEdited, StrictQueryParametersMixin, ModelViewSet):
     queryset = SharingPolicy.objects.all()
     serializer_class = SharingPolicySerializer
     audit_noun = "sharing_policy"
     filterset_class = None
-    pagination_class = None
+    ordering_fields = ["precedence", "name", "strategy", "updated_at"]
+    ordering = ["-precedence", "name"]
 
 
+@admin_edited_schema(PriorityLevelSerializer, PriorityLevelRequestSerializer, "update", "partial_update",
+                     conflict=False)
 class PriorityLevelViewSet(AdminEdited, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,
                            GenericViewSet):
     queryset = PriorityLevel.objects.all()
     serializer_class = PriorityLevelSerializer
     audit_noun = "priority_level"
+    filterset_class = None
+    ordering_fields = ["value", "priority"]
+    ordering = ["-value"]
 
     def perform_update(self, serializer: serializers.BaseSerializer) -> None:
         from scheduler.services.priorities import sync_priority_classes
@@ -140,24 +222,25 @@ class PriorityLevelViewSet(AdminEdited, mixins.ListModelMixin, mixins.RetrieveMo
             sync_priority_classes(actor=self.request.user)
         except ClusterError:
             logger.warning("could not sync the PriorityClasses to the cluster", exc_info=True)
-    filterset_class = None
-    pagination_class = None
 
 
-class NamespaceQuotaViewSet(AdminEdited, ModelViewSet):
+@admin_edited_schema(NamespaceQuotaSerializer, NamespaceQuotaRequestSerializer, "create", "update", "partial_update")
+class NamespaceQuotaViewSet(AdminEdited, StrictQueryParametersMixin, ModelViewSet):
     queryset = NamespaceQuota.objects.all()
     serializer_class = NamespaceQuotaSerializer
     audit_noun = "namespace_quota"
     filterset_class = None
-    pagination_class = None
+    # The API's gpus and memory_gb are the rows' max_gpu_milli and max_memory_mib.
+    ordering_fields = ["namespace", "max_gpu_milli", "max_memory_mib"]
+    ordering = ["namespace"]
 
 
-class AdmissionSettingsView(AdminEdited, APIView):
+class AdmissionSettingsView(AdminEdited, StrictQueryParametersMixin, APIView):
     @extend_schema(responses=AdmissionSettingsSerializer)
     def get(self, request: Request) -> Response:
         return Response(AdmissionSettingsSerializer(AdmissionSettings.current()).data)
 
-    @extend_schema(request=AdmissionSettingsSerializer, responses=AdmissionSettingsSerializer)
+    @extend_schema(request=AdmissionSettingsRequestSerializer, responses=AdmissionSettingsSerializer)
     def patch(self, request: Request) -> Response:
         serializer = AdmissionSettingsSerializer(AdmissionSettings.current(), data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
@@ -170,17 +253,20 @@ class AdmissionSettingsView(AdminEdited, APIView):
         return Response(serializer.data)
 
 
-class DryRunSerializer(serializers.Serializer):
+class DryRunSerializer(StrictSerializer):
     object = serializers.DictField(help_text="A Pod, or an ome.io InferenceService")
 
 
-class AdmissionDryRunView(APIView):
+class AdmissionDryRunView(StrictQueryParametersMixin, APIView):
     """Paste a pod: the decision, its matrix and the patch; nothing is stored or reserved."""
 
     permission_classes = [RolePermission]
     write_role = OPERATOR  # a POST that changes nothing, open to whoever may deploy
+    parser_classes = [LimitedJSONParser]  # a pod is a JSON object: no form encoding of it
 
-    @extend_schema(request=DryRunSerializer)
+    @extend_schema(request=DryRunSerializer,
+                   responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="The decision, its matrix and the patch"),
+                              400: OpenApiResponse(description="Invalid input: messages per field")})
     def post(self, request: Request) -> Response:
         from scheduler.admission import dry_run
 

@@ -373,9 +373,9 @@ class AutoscaleSettingsSerializer(serializers.Serializer):
         fields: dict[str, serializers.Field] = {}
         for name, default in AutoscaleSettings().to_dict().items():
             if isinstance(default, int):
-                fields[name] = serializers.IntegerField(required=False, min_value=0, max_value=10_000)
+                fields[name] = StrictIntegerField(required=False, min_value=0, max_value=10_000)
             else:
-                fields[name] = serializers.FloatField(required=False, min_value=0, max_value=1e6)
+                fields[name] = StrictFloatField(required=False, min_value=0, max_value=1e6)
         return fields
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
@@ -389,19 +389,18 @@ class AutoscaleSettingsSerializer(serializers.Serializer):
         return dict(values)
 
 
-class DeploymentPatchSerializer(serializers.Serializer):
+class DeploymentPatchSerializer(StrictSerializer):
     """What PATCH may change: the replicas (by hand, through the placement engine) and autoscaling."""
 
-    replicas = serializers.IntegerField(required=False, min_value=1, max_value=settings.DEPLOYMENT_MAX_REPLICAS,
-                                        help_text="Replicas wanted; new ones are placed one by one")
+    replicas = StrictIntegerField(required=False, min_value=1, max_value=settings.DEPLOYMENT_MAX_REPLICAS,
+                                  help_text="Replicas wanted; new ones are placed one by one")
     autoscale_policy = serializers.ChoiceField(required=False, allow_blank=True,
                                                choices=["", "gpuplane", "hpa", "seed", "static"],
                                                help_text="The autoscaling policy; empty turns autoscaling off")
     autoscale_settings = AutoscaleSettingsSerializer(required=False,
                                                      help_text="Overrides of the autoscale settings; "
                                                                "min_replicas must not exceed max_replicas")
-    autoscale_native = serializers.BooleanField(required=False,
-                                                help_text="Write a Kubernetes HPA instead of gpuplane's own loop")
+    autoscale_native = StrictBooleanField(required=False, help_text="Write a Kubernetes HPA instead of gpuplane's own loop")
 
     def validate(self, attrs: dict) -> dict:
         if not attrs:

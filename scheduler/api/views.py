@@ -118,7 +118,8 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Strict
         deployment = self.get_object()
         return Response(ScalingEventSerializer(autoscaling.timeline(deployment), many=True).data)
 
-    @extend_schema(responses={200: OpenApiResponse(description="An autoscaling/v2 HorizontalPodAutoscaler")},
+    @extend_schema(responses={200: OpenApiResponse(description="An autoscaling/v2 HorizontalPodAutoscaler"),
+                              409: OpenApiResponse(ErrorSerializer, description="No autoscaling policy or no running workload")},
                    filters=False)
     @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
     def hpa(self, request: Request, pk: str | None = None) -> Response:
