@@ -5,7 +5,16 @@ from django.db.models import Model
 from django.http import HttpRequest
 
 from lifecycle.admin import ServiceWrittenAdmin, ServiceWrittenInline
-from scheduler.models import Decision, Deployment, NamespaceQuota, PartitionHold, Placement
+from scheduler.models import (
+    CorrectionFactor,
+    Decision,
+    Deployment,
+    LearnedWeights,
+    NamespaceQuota,
+    PartitionHold,
+    Placement,
+    ScalingEvent,
+)
 
 
 # Deployments, placements and holds change only through the services (deploy, release, moves),
@@ -61,3 +70,21 @@ class NamespaceQuotaAdmin(admin.ModelAdmin):
 
     list_display = ("namespace", "max_gpu_milli", "max_memory_mib")
     search_fields = ("namespace",)
+
+
+# Autoscaling and feedback rows are written by their services (with audit events): shown only.
+@admin.register(ScalingEvent)
+class ScalingEventAdmin(ServiceWrittenAdmin):
+    list_display = ("deployment", "at", "policy", "action", "replicas_before", "replicas_after", "outcome")
+    list_filter = ("policy", "action", "outcome")
+    raw_id_fields = ("deployment",)
+
+
+@admin.register(CorrectionFactor)
+class CorrectionFactorAdmin(ServiceWrittenAdmin):
+    list_display = ("model", "gpu_model", "sharing_mode", "factor", "observations", "updated_at")
+
+
+@admin.register(LearnedWeights)
+class LearnedWeightsAdmin(ServiceWrittenAdmin):
+    list_display = ("profile", "frozen", "updated_at")

@@ -81,7 +81,10 @@ def predicted_capacity(gpu_model: str, sharing: str, share_milli: int, tpot_slo_
         return reference.capacity_rps * model.fp16_tflops / 312.0 * (share_milli or 1000) / 1000
     mode = sharing if sharing in ("mps", "mps-weighted", "mig", "timeslice") else "exclusive"
     figures = figures_for(gpu_model, mode, share_milli or 1000)
-    return predict_capacity(figures, MEAN_PROMPT_TOKENS, MEAN_OUTPUT_TOKENS, tpot_slo_s).capacity_rps
+    capacity = predict_capacity(figures, MEAN_PROMPT_TOKENS, MEAN_OUTPUT_TOKENS, tpot_slo_s).capacity_rps
+    # A share too small to hold the reference model's weights says nothing about a smaller model:
+    # fall back to the default, in proportion to the share.
+    return capacity if capacity > 0 else DEFAULT_CAPACITY_RPS * (share_milli or 1000) / 1000
 
 
 def measured_cold_start_s(deployment: Deployment, limit: int = 20) -> float | None:

@@ -196,3 +196,22 @@ def test_feedback_learns_from_an_under_delivering_gpu_model_audits_freezes_and_r
     feedback.reset(user="ada")
     assert LearnedWeights.objects.get(profile="balanced").weights == defaults
     assert AuditEvent.objects.filter(verb="weights.reset").count() == 1
+
+
+def test_the_feedback_command_freezes_unfreezes_resets_and_shows():
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("feedback", "--freeze", stdout=out)
+    assert "frozen" in out.getvalue() and LearnedWeights.objects.get().frozen
+    call_command("feedback", "--unfreeze", stdout=StringIO())
+    assert not LearnedWeights.objects.get().frozen
+    feedback.observe("m", "H100-SXM5-80GB", "exclusive", predicted=10.0, measured=5.0)
+    out = StringIO()
+    call_command("feedback", "--reset", stdout=out)
+    assert LearnedWeights.objects.get().weights == feedback.defaults()
+    assert "PowerEfficiency" in out.getvalue() and "correction" not in out.getvalue()
+    assert [e.verb for e in AuditEvent.objects.filter(verb__startswith="weights.").order_by("pk")] == [
+        "weights.frozen", "weights.unfrozen", "weights.learned", "weights.reset"]
