@@ -45,6 +45,7 @@ from scheduler.core.autoscale import Sample
 from scheduler.core.serving import GPU_FIGURES, figures_for, predict_capacity
 from scheduler.models import CorrectionFactor, Deployment, Placement
 from scheduler.services.releasing import ACTIVE_PLACEMENT
+from scheduler.services.scaling_config import autoscale_settings
 
 logger = logging.getLogger(__name__)
 
@@ -221,8 +222,6 @@ def monitor(deployment: Deployment, at: datetime) -> tuple[Sample, list[Observat
     source = settings.AUTOSCALE_METRICS_SOURCE
     placements = list(Placement.objects.filter(deployment=deployment, status__in=ACTIVE_PLACEMENT)
                       .select_related("node"))
-    from scheduler.services.autoscaling import autoscale_settings  # a cycle otherwise
-
     config = autoscale_settings(deployment)
     uncorrected = {p.pk: predicted_capacity(_gpu_model(p), p.sharing, p.share_milli, config.tpot_slo_s)
                    for p in placements}
