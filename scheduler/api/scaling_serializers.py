@@ -20,7 +20,8 @@ class AutoscaleSettingsSerializer(StrictSerializer):
         fields: dict[str, serializers.Field] = {}
         for name, default in AutoscaleSettings().to_dict().items():
             if isinstance(default, int):
-                fields[name] = StrictIntegerField(required=False, min_value=0, max_value=10_000)
+                lowest = 1 if name in ("min_replicas", "max_replicas") else 0
+                fields[name] = StrictIntegerField(required=False, min_value=lowest, max_value=10_000)
             else:
                 fields[name] = serializers.FloatField(required=False, min_value=0, max_value=1e6)
         return fields
@@ -46,10 +47,6 @@ class DeploymentPatchSerializer(StrictSerializer):
     autoscale_native = StrictBooleanField(required=False,
                                                 help_text="Write a Kubernetes HPA instead of gpuplane's own loop")
 
-    def validate(self, attrs: dict) -> dict:
-        if not attrs:
-            raise serializers.ValidationError("nothing to change: give replicas or autoscale_* fields")
-        return attrs
 
 
 class ScalingEventSerializer(serializers.ModelSerializer):

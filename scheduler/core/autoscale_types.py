@@ -111,6 +111,8 @@ class AutoscaleSettings:
         result = replace(start, **values)
         if result.min_replicas > result.max_replicas:
             raise ValueError("min_replicas must not exceed max_replicas")
+        if result.min_replicas < 1:
+            raise ValueError("min_replicas must be at least 1 (a deployment keeps a replica)")
         return result
 
     def to_dict(self) -> dict[str, float]:

@@ -261,9 +261,7 @@ def configure_autoscaling(deployment: Deployment, *, user: Any, policy: str | No
     new_policy = deployment.autoscale_policy if policy is None else policy
     new_overrides = deployment.autoscale_settings if overrides is None else overrides
     checked = validate_autoscale(new_policy, new_overrides)
-    new_native = deployment.autoscale_native if native is None else bool(native)
-    if new_native and new_policy not in ("seed", "hpa", "gpuplane"):
-        raise InvalidRequest({"autoscale_native": ["native mode needs a policy: seed, hpa or gpuplane"]})
+    new_native = deployment.autoscale_native if native is None else bool(native)  # no HPA-shaped policy: the default's
     before = {"autoscale_policy": deployment.autoscale_policy, "autoscale_settings": deployment.autoscale_settings,
               "autoscale_native": deployment.autoscale_native}
     after = {"autoscale_policy": new_policy, "autoscale_settings": checked, "autoscale_native": new_native}

@@ -76,9 +76,10 @@ def test_patch_replicas_places_each_new_replica_with_a_decision_and_scales_down(
     check_invariants()
 
 
-@pytest.mark.parametrize("body", [{"replicas": 0}, {"replicas": "many"}, {}, {"autoscale_policy": "magic"},
+@pytest.mark.parametrize("body", [{"replicas": 0}, {"replicas": "many"}, {"replica": 2}, {"autoscale_policy": "magic"},
                                   {"autoscale_settings": {"max_replica": 3}},
-                                  {"autoscale_settings": {"min_replicas": 9, "max_replicas": 2}}])
+                                  {"autoscale_settings": {"min_replicas": 9, "max_replicas": 2}},
+                                  {"autoscale_settings": {"min_replicas": 0}}])
 def test_bad_patches_are_400_with_field_messages(cluster, clock, operator_api, body):
     deployment = running(cluster, clock)
     response = operator_api.patch(f"/api/v1/deployments/{deployment.pk}/", body, format="json")
