@@ -12,12 +12,15 @@ from lifecycle.admin import ServiceWrittenAdmin, ServiceWrittenInline
 from nodes.vocabulary import MIB_PER_GB, SHARE_MILLI_FULL
 from scheduler.models import (
     AdmissionSettings,
+    CorrectionFactor,
     Decision,
     Deployment,
+    LearnedWeights,
     NamespaceQuota,
     PartitionHold,
     Placement,
     PriorityLevel,
+    ScalingEvent,
     SharingPolicy,
 )
 
@@ -135,3 +138,21 @@ class PriorityLevelAdmin(AdminRoleEdits, admin.ModelAdmin):
 @admin.register(AdmissionSettings)
 class AdmissionSettingsAdmin(AdminRoleEdits, admin.ModelAdmin):
     list_display = ("__str__", "preemption_enabled", "preemption_delay_s")
+
+
+# Autoscaling and feedback rows are written by their services (with audit events): shown only.
+@admin.register(ScalingEvent)
+class ScalingEventAdmin(ServiceWrittenAdmin):
+    list_display = ("deployment", "at", "policy", "action", "replicas_before", "replicas_after", "outcome")
+    list_filter = ("policy", "action", "outcome")
+    raw_id_fields = ("deployment",)
+
+
+@admin.register(CorrectionFactor)
+class CorrectionFactorAdmin(ServiceWrittenAdmin):
+    list_display = ("model", "gpu_model", "sharing_mode", "factor", "observations", "updated_at")
+
+
+@admin.register(LearnedWeights)
+class LearnedWeightsAdmin(ServiceWrittenAdmin):
+    list_display = ("profile", "frozen", "updated_at")

@@ -6,7 +6,6 @@ uses too, so both refuse the same requests with the same messages.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.conf import settings
@@ -29,9 +28,8 @@ from nodes.vocabulary import MIB_PER_GB
 from scheduler import services
 from scheduler.choices import DecisionOutcome
 from scheduler.core import Priority, SharingRequest, WorkloadType
-from scheduler.core.autoscale import AutoscaleSettings
 from scheduler.label_lines import parse_arguments, parse_env, parse_labels
-from scheduler.models import Decision, Deployment, Placement, ScalingEvent
+from scheduler.models import Decision, Deployment, Placement
 from scheduler.services import container
 
 
@@ -364,53 +362,3 @@ class DeployFailedSerializer(serializers.Serializer):
 class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
 
-
-class AutoscaleSettingsSerializer(serializers.Serializer):
-    """Overrides of the autoscale settings (docs/concepts.md "Autoscaling and feedback" has the
-    units); ``min_replicas`` must not exceed ``max_replicas``."""
-
-    def get_fields(self) -> dict[str, serializers.Field]:
-        fields: dict[str, serializers.Field] = {}
-        for name, default in AutoscaleSettings().to_dict().items():
-            if isinstance(default, int):
-                fields[name] = StrictIntegerField(required=False, min_value=0, max_value=10_000)
-            else:
-                fields[name] = StrictFloatField(required=False, min_value=0, max_value=1e6)
-        return fields
-
-    def to_internal_value(self, data: Any) -> dict[str, Any]:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({name: ["unknown autoscale setting"] for name in unknown})
-        values = super().to_internal_value(data)
-        if values.get("min_replicas", 0) > values.get("max_replicas", math.inf):
-            raise serializers.ValidationError({"min_replicas": ["must not exceed max_replicas"]})
-        return dict(values)
-
-
-class DeploymentPatchSerializer(StrictSerializer):
-    """What PATCH may change: the replicas (by hand, through the placement engine) and autoscaling."""
-
-    replicas = StrictIntegerField(required=False, min_value=1, max_value=settings.DEPLOYMENT_MAX_REPLICAS,
-                                  help_text="Replicas wanted; new ones are placed one by one")
-    autoscale_policy = serializers.ChoiceField(required=False, allow_blank=True,
-                                               choices=["", "gpuplane", "hpa", "seed", "static"],
-                                               help_text="The autoscaling policy; empty turns autoscaling off")
-    autoscale_settings = AutoscaleSettingsSerializer(required=False,
-                                                     help_text="Overrides of the autoscale settings; "
-                                                               "min_replicas must not exceed max_replicas")
-    autoscale_native = StrictBooleanField(required=False, help_text="Write a Kubernetes HPA instead of gpuplane's own loop")
-
-    def validate(self, attrs: dict) -> dict:
-        if not attrs:
-            raise serializers.ValidationError("nothing to change: give replicas or autoscale_* fields")
-        return attrs
-
-
-class ScalingEventSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = ScalingEvent
-        fields = ["id", "at", "policy", "action", "replicas_before", "replicas_after", "inputs", "decision",
-                  "outcome", "message", "actor"]
-        read_only_fields = fields

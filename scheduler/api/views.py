@@ -20,15 +20,14 @@ from rest_framework.viewsets import GenericViewSet
 from gpuplane.roles import OPERATOR
 from gpuplane.strict_input import StrictQueryParametersMixin
 from scheduler import services
+from scheduler.api.scaling_serializers import DeploymentPatchSerializer, ScalingEventSerializer
 from scheduler.api.serializers import (
     DeployFailedSerializer,
     DeploymentCreateSerializer,
     DeploymentDecisionsSerializer,
-    DeploymentPatchSerializer,
     DeploymentSerializer,
     ErrorSerializer,
     NoCapacitySerializer,
-    ScalingEventSerializer,
 )
 from scheduler.filtersets import DeploymentFilterSet
 from scheduler.models import Deployment, Placement, ScalingEvent

@@ -38,9 +38,7 @@ from scheduler.core.autoscale import (
     DOWN,
     HOLD,
     NONE,
-    POLICIES,
     UP,
-    AutoscaleSettings,
     Decision,
     ReplicaView,
     Sample,
@@ -48,40 +46,19 @@ from scheduler.core.autoscale import (
     choose_victim,
     decide,
 )
+from scheduler.core.autoscale_hpa import hpa_manifest
 from scheduler.models import Deployment, Placement, ScalingEvent
+from scheduler.services import feedback, monitoring
 from scheduler.services.errors import NoCapacity
+from scheduler.services.monitoring import measured_cold_start_s, predicted_capacity
 from scheduler.services.placing import next_replica_index, place_replicas
 from scheduler.services.releasing import ACTIVE_PLACEMENT, release_replica
+from scheduler.services.scaling_config import autoscale_settings, validate_autoscale
 from scheduler.services.watching import ACTIVE
 
 logger = logging.getLogger(__name__)
 
 MANUAL = "manual"
-
-
-def autoscale_settings(deployment: Deployment) -> AutoscaleSettings:
-    """The settings' ``AUTOSCALE`` with the deployment's overrides over them."""
-    base = AutoscaleSettings.from_dict(getattr(settings, "AUTOSCALE", {}) or None)
-    return AutoscaleSettings.from_dict(deployment.autoscale_settings or None, base)
-
-
-def validate_autoscale(policy: str, overrides: Any) -> dict[str, float]:
-    """The checked overrides for ``policy``; raises ``InvalidRequest`` with field messages."""
-    errors: dict[str, list[str]] = {}
-    if policy and policy not in POLICIES:
-        errors["autoscale_policy"] = [f"must be one of {', '.join(POLICIES)} (or empty: off)"]
-    if overrides in (None, ""):
-        overrides = {}
-    if not isinstance(overrides, dict):
-        errors["autoscale_settings"] = ["must be an object of setting names to numbers"]
-    else:
-        try:
-            AutoscaleSettings.from_dict(overrides)
-        except (TypeError, ValueError) as error:
-            errors["autoscale_settings"] = [str(error)]
-    if errors:
-        raise InvalidRequest(errors)
-    return {str(k): float(v) for k, v in overrides.items()}
 
 
 def active_placements(deployment: Deployment) -> list[Placement]:
@@ -260,8 +237,6 @@ def timeline(deployment: Deployment, limit: int = 2000) -> list[ScalingEvent]:
 def autoscale_all(*, cluster: ClusterBackend | None = None, now: datetime | None = None) -> dict[str, int]:
     """One monitoring round: every autoscaled deployment sampled, fed to the feedback (while its
     replicas are saturated) and evaluated. Returns how many evaluations ended how."""
-    from scheduler.services import feedback, monitoring  # monitoring imports this module
-
     when = now or timezone.now()
     counts: dict[str, int] = {}
     for deployment in autoscaled_deployments():
@@ -286,9 +261,7 @@ def configure_autoscaling(deployment: Deployment, *, user: Any, policy: str | No
     new_policy = deployment.autoscale_policy if policy is None else policy
     new_overrides = deployment.autoscale_settings if overrides is None else overrides
     checked = validate_autoscale(new_policy, new_overrides)
-    new_native = deployment.autoscale_native if native is None else bool(native)
-    if new_native and new_policy not in ("seed", "hpa", "gpuplane"):
-        raise InvalidRequest({"autoscale_native": ["native mode needs a policy: seed, hpa or gpuplane"]})
+    new_native = deployment.autoscale_native if native is None else bool(native)  # no HPA-shaped policy: the default's
     before = {"autoscale_policy": deployment.autoscale_policy, "autoscale_settings": deployment.autoscale_settings,
               "autoscale_native": deployment.autoscale_native}
     after = {"autoscale_policy": new_policy, "autoscale_settings": checked, "autoscale_native": new_native}
@@ -305,20 +278,17 @@ def configure_autoscaling(deployment: Deployment, *, user: Any, policy: str | No
 
 
 def native_hpa(deployment: Deployment) -> dict[str, Any]:
-    """The autoscaling/v2 HPA of a deployment in native mode (its first workload as the target)."""
-    from scheduler.core.autoscale_hpa import hpa_manifest
-    from scheduler.services.monitoring import measured_cold_start_s, predicted_capacity
-
+    """The autoscaling/v2 HPA of a deployment in native mode (its first workload as the target; the
+    default policy's when the deployment has none that an HPA can express)."""
     placements = active_placements(deployment)
-    if not deployment.autoscale_policy or not placements:
-        raise Conflict(f"{deployment} has no autoscaling policy or no running workload to scale")
     config = autoscale_settings(deployment)
-    first = placements[0]
-    gpu_model = first.node.gpu_model if first.node is not None else ""
+    first = placements[0] if placements else None
+    gpu_model = first.node.gpu_model if first is not None and first.node is not None else ""
+    # A deployment without an HPA-shaped policy (none, static) gets the default policy's HPA.
+    policy = deployment.autoscale_policy if deployment.autoscale_policy in ("seed", "hpa", "gpuplane") else DEFAULT_POLICY
+    capacity = predicted_capacity(gpu_model, first.sharing, first.share_milli, config.tpot_slo_s) if first else None
     return hpa_manifest(name=f"{deployment.name}-hpa"[:63], namespace=deployment.namespace,
-                        deployment_id=str(deployment.pk), target_name=first.workload_name or deployment.name,
-                        policy=deployment.autoscale_policy if deployment.autoscale_policy != "static" else "hpa",
-                        settings=config,
-                        capacity_rps_per_replica=predicted_capacity(gpu_model, first.sharing, first.share_milli,
-                                                                    config.tpot_slo_s),
+                        deployment_id=str(deployment.pk),
+                        target_name=(first.workload_name if first is not None else "") or deployment.name,
+                        policy=policy, settings=config, capacity_rps_per_replica=capacity,
                         cold_start_s=measured_cold_start_s(deployment))

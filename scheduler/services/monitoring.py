@@ -45,6 +45,7 @@ from scheduler.core.autoscale import Sample
 from scheduler.core.serving import GPU_FIGURES, figures_for, predict_capacity
 from scheduler.models import CorrectionFactor, Deployment, Placement
 from scheduler.services.releasing import ACTIVE_PLACEMENT
+from scheduler.services.scaling_config import autoscale_settings
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,10 @@ def predicted_capacity(gpu_model: str, sharing: str, share_milli: int, tpot_slo_
         return reference.capacity_rps * model.fp16_tflops / 312.0 * (share_milli or 1000) / 1000
     mode = sharing if sharing in ("mps", "mps-weighted", "mig", "timeslice") else "exclusive"
     figures = figures_for(gpu_model, mode, share_milli or 1000)
-    return predict_capacity(figures, MEAN_PROMPT_TOKENS, MEAN_OUTPUT_TOKENS, tpot_slo_s).capacity_rps
+    capacity = predict_capacity(figures, MEAN_PROMPT_TOKENS, MEAN_OUTPUT_TOKENS, tpot_slo_s).capacity_rps
+    # A share too small to hold the reference model's weights says nothing about a smaller model:
+    # fall back to the default, in proportion to the share.
+    return capacity if capacity > 0 else DEFAULT_CAPACITY_RPS * (share_milli or 1000) / 1000
 
 
 def measured_cold_start_s(deployment: Deployment, limit: int = 20) -> float | None:
@@ -218,8 +222,6 @@ def monitor(deployment: Deployment, at: datetime) -> tuple[Sample, list[Observat
     source = settings.AUTOSCALE_METRICS_SOURCE
     placements = list(Placement.objects.filter(deployment=deployment, status__in=ACTIVE_PLACEMENT)
                       .select_related("node"))
-    from scheduler.services.autoscaling import autoscale_settings  # a cycle otherwise
-
     config = autoscale_settings(deployment)
     uncorrected = {p.pk: predicted_capacity(_gpu_model(p), p.sharing, p.share_milli, config.tpot_slo_s)
                    for p in placements}

@@ -90,6 +90,9 @@ def follows_cross_field_rules(case) -> bool:
         except DjangoValidationError:
             return False
         return not label_errors(labels) and not env_errors(env)
+    if case.operation.label == "PATCH /api/v1/deployments/{id}/":
+        limits = body.get("autoscale_settings") or {}
+        return not (isinstance(limits, dict) and limits.get("min_replicas", 1) > limits.get("max_replicas", 10))
     return True
 
 

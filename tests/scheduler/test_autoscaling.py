@@ -76,9 +76,10 @@ def test_patch_replicas_places_each_new_replica_with_a_decision_and_scales_down(
     check_invariants()
 
 
-@pytest.mark.parametrize("body", [{"replicas": 0}, {"replicas": "many"}, {}, {"autoscale_policy": "magic"},
+@pytest.mark.parametrize("body", [{"replicas": 0}, {"replicas": "many"}, {"replica": 2}, {"autoscale_policy": "magic"},
                                   {"autoscale_settings": {"max_replica": 3}},
-                                  {"autoscale_settings": {"min_replicas": 9, "max_replicas": 2}}])
+                                  {"autoscale_settings": {"min_replicas": 9, "max_replicas": 2}},
+                                  {"autoscale_settings": {"min_replicas": 0}}])
 def test_bad_patches_are_400_with_field_messages(cluster, clock, operator_api, body):
     deployment = running(cluster, clock)
     response = operator_api.patch(f"/api/v1/deployments/{deployment.pk}/", body, format="json")
@@ -196,3 +197,22 @@ def test_feedback_learns_from_an_under_delivering_gpu_model_audits_freezes_and_r
     feedback.reset(user="ada")
     assert LearnedWeights.objects.get(profile="balanced").weights == defaults
     assert AuditEvent.objects.filter(verb="weights.reset").count() == 1
+
+
+def test_the_feedback_command_freezes_unfreezes_resets_and_shows():
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("feedback", "--freeze", stdout=out)
+    assert "frozen" in out.getvalue() and LearnedWeights.objects.get().frozen
+    call_command("feedback", "--unfreeze", stdout=StringIO())
+    assert not LearnedWeights.objects.get().frozen
+    feedback.observe("m", "H100-SXM5-80GB", "exclusive", predicted=10.0, measured=5.0)
+    out = StringIO()
+    call_command("feedback", "--reset", stdout=out)
+    assert LearnedWeights.objects.get().weights == feedback.defaults()
+    assert "PowerEfficiency" in out.getvalue() and "correction" not in out.getvalue()
+    assert [e.verb for e in AuditEvent.objects.filter(verb__startswith="weights.").order_by("pk")] == [
+        "weights.frozen", "weights.unfrozen", "weights.learned", "weights.reset"]
