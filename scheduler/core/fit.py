@@ -120,8 +120,9 @@ class FitTable:
     """Per node of ``nodes``: fit code, unit kind id, unit share per GPU, chosen offer column.
 
     ``kind`` is -1 for nodes that do not fit (every constructor keeps to it: ``chosen_gpus``
-    reads it without ``fits``). ``offer`` is the column of the node's offer that the unit comes from (meaningless for nodes
-    that do not fit and for multi-GPU requests); ``mig_rows`` turns it into MIG geometry rows.
+    reads it without ``fits``). ``offer`` is the column of the node's offer that the unit comes
+    from (meaningless for nodes that do not fit and for multi-GPU requests); ``mig_rows`` turns
+    it into MIG geometry rows.
     The five arrays are rows of one ``(5, n)`` block, so ``take`` is a single gather.
     """
 
