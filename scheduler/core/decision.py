@@ -257,12 +257,10 @@ class ScheduleResult:
         self.matrix = matrix
         self.idle_gpus = idle_gpus
         self.attempts = attempts
-        # The reasons and details were worded during the cycle, from the state it saw.
-        lookup = names or []
-        self.rejected_rows = [
-            NodeVerdict(node=lookup[i], feasible=False, reason=reason, detail=detail)
-            for i, reason, detail in (rejected_examples or [])
-        ]
+        # The reasons and details were worded during the cycle, from the state it saw; the rows
+        # are made when first read (a decision nobody reads pays for none).
+        self._rejected_examples = rejected_examples or []
+        self._names = names or []
 
     # ---- constructors used by the framework -----------------------------------------------
 
@@ -323,6 +321,13 @@ class ScheduleResult:
         # A multi-GPU replica is only ever given whole GPUs.
         kinds = [kind for kind in KINDS if kind in need.kinds and (kind == PartitionKind.EXCLUSIVE or not need.multi_gpu)]
         return "; ".join(kind_rule(need.sizing, kind, need.memory_per_gpu_mib, need.gpu_count) for kind in kinds)
+
+    @cached_property
+    def rejected_rows(self) -> list[NodeVerdict]:
+        """Example rows of rejected nodes (a few per reason), in node order."""
+        names = self._names
+        return [NodeVerdict(node=names[i], feasible=False, reason=reason, detail=detail)
+                for i, reason, detail in self._rejected_examples]
 
     @cached_property
     def scored_rows(self) -> list[NodeVerdict]:

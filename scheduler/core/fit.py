@@ -119,8 +119,10 @@ def build_need(request: PlacementRequest, settings: ClassificationSettings = DEF
 class FitTable:
     """Per node of ``nodes``: fit code, unit kind id, unit share per GPU, chosen offer column.
 
-    ``offer`` is the column of the node's offer that the unit comes from (meaningless for nodes
-    that do not fit and for multi-GPU requests); ``mig_rows`` turns it into MIG geometry rows.
+    ``kind`` is -1 for nodes that do not fit (every constructor keeps to it: ``chosen_gpus``
+    reads it without ``fits``). ``offer`` is the column of the node's offer that the unit comes
+    from (meaningless for nodes that do not fit and for multi-GPU requests); ``mig_rows`` turns
+    it into MIG geometry rows.
     The five arrays are rows of one ``(5, n)`` block, so ``take`` is a single gather.
     """
 
@@ -279,9 +281,8 @@ def chosen_gpus(snapshot: ClusterSnapshot, need: Need, fit: FitTable, preferred:
     gpu = np.full(len(fit.nodes), -1, dtype=np.int64)
     if need.multi_gpu or need.cpu_only:
         return gpu
-    kind = np.where(fit.fits, fit.kind, -1)
-    looked_up = (kind >= 0) & (kind != KIND_EXCLUSIVE)
-    at = np.flatnonzero(looked_up)
+    kind = fit.kind  # -1 where the node does not fit (``FitTable``)
+    at = np.flatnonzero(kind > KIND_EXCLUSIVE)  # a unit of a GPU the offer names
     if len(at):
         gpu[at] = pick(snapshot.offer_gpu, fit.nodes.take(at), fit.offer.take(at))
     if whole:

@@ -8,7 +8,10 @@ Per-node aggregates answer the per-GPU questions (free whole GPUs and their memo
 free slot, the largest free weighted share, free MIG instances per profile, usable free
 milli-GPU, load ...). Each node's *offers* (``NodeRow``) list the distinct units a new single-GPU
 placement could get there, sorted, 8 per node: "does the request fit, and which unit" is one
-comparison over an ``(nodes, 8)`` array (see ``scheduler.core.fit``).
+comparison over an ``(nodes, 8)`` array (see ``scheduler.core.fit``). Besides each offer's
+kind id, ``offer_kind_bit`` holds 1 << kind (uint8), so "is the offer of a kind the request
+accepts at this demand" is one AND with a mask; an empty offer slot has share -1 and kind bit 0,
+so it passes no test.
 
 Per-GPU columns ``(nodes, G)``, G a multiple of 8, for exact checks and the packing scores
 ("unit" = what one new placement on that GPU could be given):

@@ -31,3 +31,12 @@ def test_the_synthetic_cluster_is_reproducible_and_mixed():
         np.testing.assert_array_equal(column, second.columns()[name], err_msg=name)  # NaN equals NaN here
     assert len({node.sharing_mode for node in first.nodes}) == 5
     assert 0.3 < 1 - first.free_milli.sum() / (first.gpu_count.sum() * 1000) < 0.8  # pre-filled occupancy
+
+
+def test_the_decision_digest_is_reproducible_and_tells_profiles_apart():
+    from bench import decision_digest
+
+    first = decision_digest.fleet_digest(40, 30, "balanced")
+    assert first == decision_digest.fleet_digest(40, 30, "balanced")
+    assert first != decision_digest.fleet_digest(40, 30, "packing")
+    assert len(first) == 16

@@ -15,7 +15,7 @@ import pytest
 from bench.placement import build_cluster, make_request
 from nodes.vocabulary import SHARE_MILLI_FULL, PartitionKind
 from scheduler.core import PlacementRequest, Priority, SharingRequest, scheduler_for
-from scheduler.core.fit import _share_ok, build_need
+from scheduler.core.fit import _share_ok, build_need, evaluate_fit
 from scheduler.core.node_columns import KIND_ID
 from scheduler.core.plugins.power_efficiency import floor_ratio
 
@@ -47,6 +47,19 @@ def test_kind_bits_give_the_per_offer_demand(fleet, sharing, memory_mib, share_m
                                priority=priority, latency_slo_ms=slo)
     need = build_need(request)
     assert np.array_equal(_share_ok(fleet, need), _gathered_share_ok(fleet, need))
+
+
+@pytest.mark.parametrize("gpu_count", [0, 1, 2, 4])
+@pytest.mark.parametrize("sharing", list(SharingRequest))
+def test_a_node_that_does_not_fit_has_no_unit_kind(fleet, sharing, gpu_count):
+    """``chosen_gpus`` reads the fit table's kind alone: -1 wherever the node does not fit."""
+    if gpu_count > 1 and sharing not in (SharingRequest.AUTO, SharingRequest.EXCLUSIVE, SharingRequest.MPS_WEIGHTED):
+        return
+    need = build_need(PlacementRequest(key="t/x#0", memory_mib=30000 * max(gpu_count, 1), gpu_count=gpu_count,
+                                       sharing=sharing))
+    fit = evaluate_fit(fleet, need, np.arange(len(fleet)))
+    assert (fit.kind[~fit.fits] == -1).all()
+    assert (~fit.fits).any() or gpu_count == 0  # a CPU-only pod fits every node's GPUs
 
 
 def test_an_empty_offer_slot_fails_every_demand(fleet):
