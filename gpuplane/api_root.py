@@ -29,6 +29,8 @@ ENDPOINTS: tuple[tuple[str, str, str], ...] = (
     ("deployments", "scheduler-api:deployment-list", ""),
     ("deployment", "scheduler-api:deployment-list", "{pk}/"),
     ("deployment-decision", "scheduler-api:deployment-list", "{pk}/decision/"),
+    ("moves", "scheduler-api:move-list", ""),
+    ("move", "scheduler-api:move-list", "{pk}/"),
     ("rollouts", "rollouts-api:rollout-list", ""),
     ("rollout", "rollouts-api:rollout-list", "{pk}/"),
     ("rollout-events", "rollouts-api:rollout-list", "{pk}/events/"),

@@ -2,6 +2,7 @@
 from rest_framework.routers import SimpleRouter
 
 from scheduler.api import views
+from scheduler.api.moves import MoveViewSet
 
 app_name = "scheduler-api"
 
@@ -9,4 +10,5 @@ app_name = "scheduler-api"
 router = SimpleRouter()
 router.include_format_suffixes = False
 router.register("deployments", views.DeploymentViewSet, basename="deployment")
+router.register("moves", MoveViewSet, basename="move")
 urlpatterns = router.urls
