@@ -40,6 +40,8 @@ ENDPOINTS: tuple[tuple[str, str, str], ...] = (
     ("namespace-quota", "scheduler-api:namespace-quota-list", "{pk}/"),
     ("admission-settings", "scheduler-api:admission-settings", ""),
     ("admission-dry-run", "scheduler-api:admission-dry-run", ""),
+    ("moves", "scheduler-api:move-list", ""),
+    ("move", "scheduler-api:move-list", "{pk}/"),
     ("rollouts", "rollouts-api:rollout-list", ""),
     ("rollout", "rollouts-api:rollout-list", "{pk}/"),
     ("rollout-events", "rollouts-api:rollout-list", "{pk}/events/"),

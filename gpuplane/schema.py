@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from drf_spectacular.openapi import AutoSchema
 
 from gpuplane.path_parameters import PATH_PARAMETER_PATTERN
@@ -77,6 +78,10 @@ class GpuplaneAutoSchema(AutoSchema):
         for text in (schema, schema.get("items", {})):
             if text.get("type") == "string" and "enum" not in text and "format" not in text:
                 text.setdefault("pattern", NO_NUL_CHARACTER)
+        # A whole-number filter (forms.IntegerField) refuses 1.5: the schema says integer, not number.
+        if issubclass(query_filter.field_class, forms.IntegerField) and schema.get("type") == "number":
+            schema["type"] = "integer"
+            schema.pop("format", None)
         if "min_value" in query_filter.extra:
             schema["minimum"] = query_filter.extra["min_value"]
         if "max_value" in query_filter.extra:

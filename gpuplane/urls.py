@@ -43,6 +43,7 @@ urlpatterns = [
     path("rollouts/", include("rollouts.urls")),
     path("savings/", include("savings.urls")),
     path("consolidation/", include("consolidation.urls")),
+    path("disruptions/", include("scheduler.disruption_urls")),
     path("activity/", include("lifecycle.urls")),
     path("", OverviewView.as_view(), name="overview"),
     path("", include("nodes.urls")),

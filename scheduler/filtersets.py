@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import django_filters
+from django.db.models import QuerySet
 
-from nodes.filtersets import MultiValueCharFilter
-from scheduler.choices import DeploymentStatus
-from scheduler.models import Deployment
+from nodes.filtersets import MAX_COLUMN_INT, IntegerFilter, MultiValueCharFilter, StrictBooleanFilter
+from scheduler.choices import MOVE_IN_FLIGHT, DeploymentStatus, MoveRequester, MoveStatus
+from scheduler.models import Deployment, Move
 
 
 def _namespaces() -> list[tuple[str, str]]:
@@ -26,3 +27,29 @@ class DeploymentFilterSet(django_filters.FilterSet):
     class Meta:
         model = Deployment
         fields = ["name", "status", "namespace"]
+
+
+class InFlightFilter(StrictBooleanFilter):
+    """`true`: moves not ended yet; `false`: those ended (a boolean filter, so the schema says boolean)."""
+
+    def filter(self, qs: QuerySet[Move], value: bool | None) -> QuerySet[Move]:
+        if value is None:
+            return qs
+        return qs.filter(status__in=MOVE_IN_FLIGHT) if value else qs.exclude(status__in=MOVE_IN_FLIGHT)
+
+
+class MoveFilterSet(django_filters.FilterSet):
+    """The moves' one FilterSet (the Disruptions page and `/api/v1/moves/`): `?status=` and
+    `?requested_by=` (repeatable; an unknown value is a 400 / a form error), `?deployment=` (its id),
+    `?in_flight=true|false` and `?lost=true|false`."""
+
+    status = django_filters.MultipleChoiceFilter(choices=MoveStatus.choices(), label="Status")
+    requested_by = django_filters.MultipleChoiceFilter(choices=MoveRequester.choices(), label="Asked by")
+    deployment = IntegerFilter(field_name="deployment_id", label="Deployment id", min_value=1, max_value=MAX_COLUMN_INT)
+    in_flight = InFlightFilter(label="In flight")
+    lost = StrictBooleanFilter(label="Lost a replica")
+
+    class Meta:
+        model = Move
+        fields = ["status", "requested_by", "deployment", "in_flight", "lost"]
+

@@ -158,6 +158,9 @@ class ReplicaDecision:
     chart_data_id: str
 
 
+MOVES_SHOWN = 10
+
+
 class DeploymentDetailView(RoleRequiredMixin, DetailView):
     """`/deployments/<id>/`: status and request, the placements, and per replica the decision
     matrix as a table and a chart of weighted scores."""
@@ -192,6 +195,9 @@ class DeploymentDetailView(RoleRequiredMixin, DetailView):
             **_scaling_context(deployment),
             audit_api_query=f"object_type=scheduler.deployment&object_id={deployment.pk}",
         )
+        # Its moves (the mover's): the latest few, and every one that lost a replica, said loudly.
+        moves = deployment.moves.select_related("original").order_by("-created_at", "-id")
+        context.update(moves=list(moves[:MOVES_SHOWN]), lost_moves=list(moves.filter(lost=True)))
         return context
 
 

@@ -3,6 +3,7 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from scheduler.api import admission, views
+from scheduler.api.moves import MoveViewSet
 
 app_name = "scheduler-api"
 
@@ -10,6 +11,7 @@ app_name = "scheduler-api"
 router = SimpleRouter()
 router.include_format_suffixes = False
 router.register("deployments", views.DeploymentViewSet, basename="deployment")
+router.register("moves", MoveViewSet, basename="move")
 router.register("sharing-policies", admission.SharingPolicyViewSet, basename="sharing-policy")
 router.register("priority-levels", admission.PriorityLevelViewSet, basename="priority-level")
 router.register("namespace-quotas", admission.NamespaceQuotaViewSet, basename="namespace-quota")

@@ -22,7 +22,7 @@ from nodes.api import telemetry_schema as telemetry
 from nodes.models import GPU, Node, NodeGPUReport
 from rollouts.models import RollingUpdate
 from scheduler.api.serializers import DeploymentCreateSerializer
-from scheduler.models import Deployment, NamespaceQuota, SharingPolicy
+from scheduler.models import Deployment, Move, NamespaceQuota, Placement, SharingPolicy
 from tests.scheduler.inventory import demo_cluster
 
 pytestmark = pytest.mark.django_db
@@ -65,6 +65,9 @@ def objects(admin_api) -> dict[str, str]:
     assert admin_api.patch(f"/api/v1/deployments/{chat}/", {"autoscale_policy": "hpa"}, format="json").status_code == 200
     SharingPolicy.objects.create(name="dev", strategy="timeslice", timeslice_replicas=4)
     NamespaceQuota.objects.create(namespace="team-a", max_gpu_milli=4000)
+    placement = Placement.objects.select_related("node").first()
+    Move.objects.create(deployment_id=placement.deployment_id, original=placement, from_node=placement.node.name,
+                        why="test", requested_by="user", requester="test", timeout_s=600)
     return {"name": gpu.node.name, "uuid": gpu.uuid}
 
 

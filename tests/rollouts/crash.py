@@ -21,6 +21,7 @@ from celery import Celery
 from django.db import connection
 
 from rollouts.tasks import reconcile_rollouts_task
+from scheduler.tasks import advance_moves_task
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 STEP_TIMEOUT_S = 60  # far above a step's real duration here: a timeout would hide a stuck step as a failure
@@ -90,8 +91,10 @@ class Workers:
         self.beat.close()
 
     def tick(self, expires_s: float) -> None:
-        """What beat sends: one reconcile tick, expiring before the next is due."""
+        """What beat sends: one reconcile tick and one mover tick (the rollout's moves), each
+        expiring before the next is due."""
         self.beat.send_task(reconcile_rollouts_task.name, queue=self.current.queue, expires=expires_s)
+        self.beat.send_task(advance_moves_task.name, queue=self.current.queue, expires=expires_s)
 
     def log_text(self) -> str:
         return self.current.log_text()
