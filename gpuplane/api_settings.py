@@ -49,7 +49,9 @@ SPECTACULAR_SETTINGS: dict[str, Any] = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # A node's sharing_mode and a sharing config's mode are one vocabulary: one enum in the schema.
-    "ENUM_NAME_OVERRIDES": {"SharingModeEnum": "nodes.vocabulary.SharingMode.choices"},
+    "ENUM_NAME_OVERRIDES": {"SharingModeEnum": "nodes.vocabulary.SharingMode.choices",
+                            "PolicyStrategyEnum": "scheduler.policies.POLICY_STRATEGY_CHOICES",
+                            "RolloutStrategyEnum": "rollouts.choices.RolloutStrategy.choices"},
     # Form-encoded bodies have no null and no objects: their own components (gpuplane/schema.py).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "gpuplane.schema.postprocess_form_bodies"],
 }

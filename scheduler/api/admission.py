@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -179,8 +179,10 @@ class AdmissionDryRunView(APIView):
 
     permission_classes = [RolePermission]
     write_role = OPERATOR  # a POST that changes nothing, open to whoever may deploy
+    serializer_class = DryRunSerializer
 
-    @extend_schema(request=DryRunSerializer)
+    @extend_schema(request=DryRunSerializer, responses={200: OpenApiResponse(
+        description="allowed, result (placed / unplaced / left-alone / refused), message, choice, patch, matrix")})
     def post(self, request: Request) -> Response:
         from scheduler.admission import dry_run
 
