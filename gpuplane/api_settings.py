@@ -50,9 +50,8 @@ SPECTACULAR_SETTINGS: dict[str, Any] = {
     "REDOC_DIST": "SIDECAR",
     # A node's sharing_mode and a sharing config's mode are one vocabulary: one enum in the schema.
     "ENUM_NAME_OVERRIDES": {"SharingModeEnum": "nodes.vocabulary.SharingMode.choices",
-                            # Two fields named strategy: a rollout's, and a sharing policy's sharing strategy.
-                            "RolloutStrategyEnum": "rollouts.choices.RolloutStrategy.choices",
-                            "SharingStrategyEnum": "scheduler.core.types.SharingRequest.choices"},
+                            "PolicyStrategyEnum": "scheduler.policies.POLICY_STRATEGY_CHOICES",
+                            "RolloutStrategyEnum": "rollouts.choices.RolloutStrategy.choices"},
     # Form-encoded bodies have no null and no objects: their own components (gpuplane/schema.py).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "gpuplane.schema.postprocess_form_bodies"],
 }

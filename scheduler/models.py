@@ -26,6 +26,7 @@ from scheduler.choices import (
     PlacementStatus,
 )
 from scheduler.core import Priority, SharingRequest, WorkloadType
+from scheduler.policies import POLICY_STRATEGY_CHOICES, policy_errors
 
 
 class Deployment(models.Model):
@@ -355,7 +356,7 @@ class SharingPolicy(models.Model):
     precedence = models.IntegerField(default=0, help_text="Higher wins when several policies select a pod")
     namespaces = models.JSONField(default=list, blank=True, help_text="Namespaces it selects; [] = every namespace")
     match_labels = models.JSONField(default=dict, blank=True, help_text="Pod labels it selects, all must match")
-    strategy = models.CharField(max_length=16, choices=SharingRequest.choices)
+    strategy = models.CharField(max_length=16, choices=POLICY_STRATEGY_CHOICES)
     mig_profile = models.CharField(max_length=32, blank=True, help_text="MIG: a profile such as 1g.10gb; empty = "
                                    "the smallest free instance that fits")
     mps_max_clients = models.PositiveSmallIntegerField(null=True, blank=True, help_text="MPS: clients per GPU, "
@@ -376,8 +377,6 @@ class SharingPolicy(models.Model):
         return f"{self.name} ({self.strategy}, precedence {self.precedence})"
 
     def clean(self) -> None:
-        from scheduler.policies import policy_errors  # the rules live beside the mapping to the core
-
         errors = policy_errors(self)
         if errors:
             raise ValidationError(errors)

@@ -24,6 +24,7 @@ _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Strategies a policy may name: "auto" is no strategy, and weighted MPS is a node's mode chosen
 # per deploy request (its share), not something a policy sets for every pod it selects.
 POLICY_STRATEGIES = (SharingRequest.EXCLUSIVE, SharingRequest.MIG, SharingRequest.MPS, SharingRequest.TIMESLICE)
+POLICY_STRATEGY_CHOICES = [(str(s), s.label) for s in POLICY_STRATEGIES]
 MIG_PROFILES = frozenset(profile.name for model in CATALOG.values() for profile in model.mig_profiles)
 
 

@@ -263,10 +263,12 @@ class AdmissionDryRunView(StrictQueryParametersMixin, APIView):
     permission_classes = [RolePermission]
     write_role = OPERATOR  # a POST that changes nothing, open to whoever may deploy
     parser_classes = [LimitedJSONParser]  # a pod is a JSON object: no form encoding of it
+    serializer_class = DryRunSerializer
 
-    @extend_schema(request=DryRunSerializer,
-                   responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="The decision, its matrix and the patch"),
-                              400: OpenApiResponse(description="Invalid input: messages per field")})
+    @extend_schema(request=DryRunSerializer, responses={
+        200: OpenApiResponse(OpenApiTypes.OBJECT, description="allowed, result (placed / unplaced / left-alone / "
+                                                              "refused), message, choice, patch, matrix"),
+        400: OpenApiResponse(description="Invalid input: messages per field")})
     def post(self, request: Request) -> Response:
         from scheduler.admission import dry_run
 

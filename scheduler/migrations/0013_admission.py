@@ -59,7 +59,7 @@ class Migration(migrations.Migration):
                 ('precedence', models.IntegerField(default=0, help_text='Higher wins when several policies select a pod')),
                 ('namespaces', models.JSONField(blank=True, default=list, help_text='Namespaces it selects; [] = every namespace')),
                 ('match_labels', models.JSONField(blank=True, default=dict, help_text='Pod labels it selects, all must match')),
-                ('strategy', models.CharField(choices=scheduler.core.types.SharingRequest.choices, max_length=16)),
+                ('strategy', models.CharField(choices=[('exclusive', 'Exclusive'), ('mig', 'MIG'), ('mps', 'MPS (uniform)'), ('timeslice', 'Time-slicing')], max_length=16)),
                 ('mig_profile', models.CharField(blank=True, help_text='MIG: a profile such as 1g.10gb; empty = the smallest free instance that fits', max_length=32)),
                 ('mps_max_clients', models.PositiveSmallIntegerField(blank=True, help_text='MPS: clients per GPU, 2-48 (16 before compute capability 7.5)', null=True)),
                 ('mps_memory_limit_mib', models.PositiveIntegerField(blank=True, help_text='MPS: pinned device memory per client, MiB', null=True)),

@@ -54,7 +54,9 @@ def test_it_shows_in_the_api_and_ui_with_its_matrix(admitted, viewer):
     assert decision.status_code == 200
     assert "training takes whole GPUs" in str(deployment.message)
     page = client.get(f"/deployments/{deployment.pk}/")
-    assert page.status_code == 200 and deployment.name in page.content.decode()
+    html = page.content.decode()
+    assert page.status_code == 200 and deployment.name in html and 'id="deployment-origin"' in html
+    assert "Decision" in html and deployment.placements.get().node.name in html
 
 
 def test_it_runs_once_bound_and_is_released_when_its_pod_goes_away(admitted):
