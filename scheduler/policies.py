@@ -40,9 +40,10 @@ def policy_errors(policy: SharingPolicy) -> dict[str, list[str]]:
     namespaces: Any = policy.namespaces
     if not isinstance(namespaces, list) or not all(isinstance(n, str) and _NAMESPACE.match(n) for n in namespaces):
         add("namespaces", "Enter a list of Kubernetes namespaces (DNS-1123 labels).")
-    labels: Any = policy.match_labels
-    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-        add("match_labels", "Enter an object of label names to string values.")
+    from scheduler.services.spec import label_errors  # the services import the models, which import this
+
+    for message in label_errors(policy.match_labels, selector=True):
+        add("match_labels", message)
     if policy.strategy == SharingRequest.MIG and policy.mig_profile and policy.mig_profile not in MIG_PROFILES:
         add("mig_profile", f"{policy.mig_profile} is no MIG profile of a known GPU (e.g. 1g.10gb, 3g.40gb).")
     if policy.strategy == SharingRequest.MPS and policy.mps_max_clients is not None:

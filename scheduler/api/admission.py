@@ -28,6 +28,7 @@ from gpuplane.roles import ADMIN, OPERATOR, RolePermission
 from gpuplane.strict_input import (
     RejectUnknownFieldsMixin,
     StrictFloatField,
+    StrictIntegerField,
     StrictModelFieldsMixin,
     StrictQueryParametersMixin,
     StrictSerializer,
@@ -36,7 +37,12 @@ from lifecycle.audit import record
 from lifecycle.errors import Conflict
 from nodes.cluster.base import ClusterError
 from nodes.vocabulary import MIB_PER_GB, SHARE_MILLI_FULL
+from scheduler.core.admission import MPS_MAX_CLIENTS, TIMESLICE_MAX_REPLICAS
 from scheduler.models import AdmissionSettings, NamespaceQuota, PriorityLevel, SharingPolicy
+from scheduler.policies import MIG_PROFILES
+
+NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +77,18 @@ class CleanedByModel:
 
 class SharingPolicySerializer(RejectUnknownFieldsMixin, StrictModelFieldsMixin, CleanedByModel, UniqueAs409,
                               serializers.ModelSerializer):
+    # The shapes and bounds the model's clean checks, stated as fields so the schema says them too.
+    namespaces = serializers.ListField(child=serializers.RegexField(NAMESPACE_PATTERN, max_length=63), required=False,
+                                       help_text="Namespaces it selects; [] = every namespace")
+    match_labels = serializers.DictField(
+        child=serializers.RegexField(LABEL_VALUE_PATTERN, max_length=63, allow_blank=True), required=False,
+        help_text="Pod labels it selects, all must match; keys are Kubernetes label keys")
+    mig_profile = serializers.ChoiceField(choices=["", *sorted(MIG_PROFILES)], required=False, allow_blank=True,
+                                          help_text="MIG: a profile such as 1g.10gb; empty = the smallest that fits")
+    mps_max_clients = StrictIntegerField(min_value=2, max_value=MPS_MAX_CLIENTS, allow_null=True, required=False,
+                                         help_text="MPS: clients per GPU")
+    timeslice_replicas = StrictIntegerField(min_value=2, max_value=TIMESLICE_MAX_REPLICAS, allow_null=True,
+                                            required=False, help_text="Time-slicing: replicas per GPU")
     class Meta:
         model = SharingPolicy
         fields = ["id", "name", "description", "enabled", "precedence", "namespaces", "match_labels", "strategy",
@@ -87,7 +105,7 @@ class PriorityLevelSerializer(RejectUnknownFieldsMixin, StrictModelFieldsMixin, 
 
 
 class AdmissionSettingsSerializer(RejectUnknownFieldsMixin, StrictModelFieldsMixin, serializers.ModelSerializer):
-    exempt_namespaces = serializers.ListField(child=serializers.RegexField(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    exempt_namespaces = serializers.ListField(child=serializers.RegexField(NAMESPACE_PATTERN,
                                                                            max_length=63), allow_empty=True)
 
     class Meta:
@@ -172,7 +190,7 @@ def save_unique(serializer: serializers.BaseSerializer) -> Any:
         with transaction.atomic():
             return serializer.save()
     except IntegrityError as error:
-        model = serializer.Meta.model  # type: ignore[attr-defined]
+        model = serializer.Meta.model
         taken = {name: serializer.validated_data[name] for name in UNIQUE_FIELDS.get(model.__name__, ())
                  if name in serializer.validated_data}
         described = ", ".join(f"{name} {value!r}" for name, value in taken.items()) or "these values"

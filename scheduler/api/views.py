@@ -9,6 +9,8 @@ viewer role, deploying and deleting the operator role.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
@@ -17,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.viewsets import GenericViewSet
 
+from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import OPERATOR
 from gpuplane.strict_input import StrictQueryParametersMixin
 from scheduler import services
@@ -42,6 +45,12 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Strict
     lookup_value_regex = r"[0-9]+"
     ordering_fields = ["created_at", "name", "namespace", "status"]
     ordering = ["-created_at", "-id"]
+
+    def get_parsers(self) -> list[Any]:
+        # A PATCH nests its autoscale settings in an object: JSON only (a deploy also takes forms).
+        if getattr(getattr(self, "request", None), "method", "") == "PATCH":
+            return [LimitedJSONParser()]
+        return list(super().get_parsers())
 
     def get_queryset(self) -> QuerySet[Deployment]:
         placements = Placement.objects.select_related("node").order_by("replica_index")

@@ -168,8 +168,9 @@ def _quantity_error(value: Any, convert: Callable[[Any], int], most: int, show: 
     return ""
 
 
-def label_errors(labels: Any) -> list[str]:
-    """Why ``labels`` is not a valid set of Kubernetes labels for a workload ([] when it is).
+def label_errors(labels: Any, *, selector: bool = False) -> list[str]:
+    """Why ``labels`` is not a valid set of Kubernetes labels for a workload ([] when it is);
+    ``selector``: labels a selector matches, where gpuplane's own keys may be named too.
 
     Keys: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters
     (alphanumerics, '-', '_', '.'; alphanumeric at both ends). Values: empty or such a name.
@@ -189,7 +190,8 @@ def label_errors(labels: Any) -> list[str]:
         if (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) or len(name) > 63 \
                 or not _LABEL_NAME.match(name):
             errors.append(f"Label key {key!r} is not a valid Kubernetes label key.")
-        elif key in RESERVED_LABEL_KEYS or prefix == RESERVED_LABEL_PREFIX or prefix.endswith("." + RESERVED_LABEL_PREFIX):
+        elif not selector and (key in RESERVED_LABEL_KEYS or prefix == RESERVED_LABEL_PREFIX
+                               or prefix.endswith("." + RESERVED_LABEL_PREFIX)):
             errors.append(f"Label key {key!r} is set by gpuplane.")
         elif value and (len(value) > 63 or not _LABEL_NAME.match(value)):
             errors.append(f"Label {key!r}: {value!r} is not a valid Kubernetes label value.")

@@ -90,6 +90,8 @@ def follows_cross_field_rules(case) -> bool:
         except DjangoValidationError:
             return False
         return not label_errors(labels) and not env_errors(env)
+    if case.operation.label.split(" ")[1].startswith("/api/v1/sharing-policies/"):
+        return not label_errors(body.get("match_labels", {}), selector=True)  # keys: no propertyNames in 3.0
     if case.operation.label == "PATCH /api/v1/deployments/{id}/":
         limits = body.get("autoscale_settings") or {}
         return not (isinstance(limits, dict) and limits.get("min_replicas", 1) > limits.get("max_replicas", 10))
