@@ -43,6 +43,8 @@ BASE_DIR = Path(__file__).resolve().parents[1]
 TICK_SETTINGS = ("GPUPLANE_ROLLOUT_RECONCILE_INTERVAL_S", "GPUPLANE_CONSOLIDATION_EXECUTE_INTERVAL_S",
                  "GPUPLANE_DEPLOYMENT_WATCH_INTERVAL_S")
 SUCCEEDED = re.compile(r"Task ([\w.]+)\[[0-9a-f-]+\] succeeded")
+# The tasks beat sends every tick (the settings above set their interval).
+BEAT_TASKS = ("rollouts.tasks.reconcile_rollouts_task", "consolidation.tasks.execute_consolidations_task")
 CRASH = re.compile(r"Unrecoverable error|JSONDecodeError|exited with status|started \w+ again|Traceback")
 
 
@@ -90,6 +92,10 @@ def web_answers(port: int) -> bool:
         return False
 
 
+def beat_task_ran(succeeded: Counter[str]) -> bool:
+    return any(succeeded[name] for name in BEAT_TASKS)
+
+
 def start_load(processes: int) -> list[subprocess.Popen[bytes]]:
     """Busy loops at nice 10: another job that keeps every core busy."""
     return [subprocess.Popen([sys.executable, "-c", "import os; os.nice(10)\nwhile True: pass"])
@@ -126,7 +132,9 @@ def soak(minutes: float, tick_s: float, port: int, load: int, log: Path | None =
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         started = time.monotonic()
-        while time.monotonic() - started < 90 and not web_answers(port):  # starting up
+        # Starting up: the clock starts once the web answers and the worker has run a task from beat
+        # (on a loaded machine Django's imports alone take seconds in each of the three processes).
+        while time.monotonic() - started < 120 and not (web_answers(port) and beat_task_ran(succeeded)):
             time.sleep(1)
         started = time.monotonic()
         while time.monotonic() - started < minutes * 60:

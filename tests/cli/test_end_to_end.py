@@ -177,7 +177,9 @@ def test_the_cli_against_a_running_server(live_server, demo, operator, admin_use
     assert otto.ok("delete", "deployment", "chat", "-n", "team-a").strip() == "deployment/chat deleted"
     assert Deployment.objects.get(pk=row.pk).status == DeploymentStatus.DELETED
 
-    # Log out: the token is gone from the file; the next command is refused.
-    otto.ok("logout")
+    # Log out: the server revokes the token, it is gone from the file; the next command is refused.
+    assert AuthToken.objects.filter(user=operator).count() == 1
+    assert "the token is revoked" in otto.ok("logout")
+    assert not AuthToken.objects.filter(user=operator).exists()
     assert not yaml.safe_load(otto.config.read_text()).get("token")
     assert otto.fails("get", "nodes").startswith("error: You must be logged in to the server (Unauthorized)")

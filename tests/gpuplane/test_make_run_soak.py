@@ -7,6 +7,7 @@ embedded defaults (SQLite, the embedded broker), in a scratch var/ folder.
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 from bench.make_run_soak import soak
 
@@ -17,10 +18,12 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_make_run_stays_up_with_one_second_ticks_under_load():
-    result = soak(minutes=0.25, tick_s=1, port=free_port(), load=1)
+def test_make_run_stays_up_with_one_second_ticks_under_load(tmp_path: Path):
+    log = tmp_path / "supervisor.log"
+    result = soak(minutes=0.25, tick_s=1, port=free_port(), load=1, log=log)
+    tail = "\n".join(log.read_text().splitlines()[-40:])
 
-    assert result.supervisor_alive and result.crash_lines == [], result
-    assert result.web_checks_ok >= 3 and result.web_checks_failed == 0
+    assert result.supervisor_alive and result.crash_lines == [], (result, tail)
+    assert result.web_checks_ok >= 3 and result.web_checks_failed == 0, (result, tail)
     # The one-second tasks went through the embedded broker to the worker, tick after tick.
-    assert result.tasks_succeeded.get("rollouts.tasks.reconcile_rollouts_task", 0) >= 8, result.tasks_succeeded
+    assert result.tasks_succeeded.get("rollouts.tasks.reconcile_rollouts_task", 0) >= 8, (result.tasks_succeeded, tail)
