@@ -224,7 +224,8 @@ class MoverMachine(RuleBasedStateMachine):
             Move.objects.filter(status__in=MOVE_IN_FLIGHT).values_list("status", "blocked_reason"))
         assert not Move.objects.filter(lost=True).exists(), "a workload was lost"
         self.clock.advance(5)
-        for _ in range(4):  # a fault still queued for list_gpu_pods is spent on the way
+        served: dict[int, int] = {}
+        for _ in range(50):  # faults still queued for list_gpu_pods are spent on the way
             try:
                 served = ready_replicas(self.cluster)
                 break
