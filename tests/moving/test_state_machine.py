@@ -186,11 +186,15 @@ class MoverMachine(RuleBasedStateMachine):
                 continue
             self.seen_events.add(key)
             if event.get("reason") in REMOVAL_REASONS and event.get("ready") and not event["name"].startswith("gpu-operator/"):
-                # The one other way: the replacement of a move given up, an extra copy (the original serves).
+                # The other ways are extra copies: the replacement of a move given up (the original
+                # serves), or the pod a ReplicaSet recreated on the old node after the original was
+                # evicted, when the release that shrinks its workload came late (the cluster failed).
                 given_up = Placement.objects.filter(pk__in=Move.objects.filter(status__in=("rolled_back", "failed"))
                                                     .values("replacement_id")).values_list("workload_name", flat=True)
+                evicted = Placement.objects.filter(pk__in=Move.objects.exclude(evicted_at=None).values("original_id"))
+                surplus = [*given_up, *evicted.values_list("workload_name", flat=True)]
                 name = event["name"].split("/", 1)[1]
-                extra = any(workload and name.startswith(f"{workload}-") for workload in given_up)
+                extra = any(workload and name.startswith(f"{workload}-") for workload in surplus)
                 assert event["reason"] == "Evicted" or extra, f"a serving pod left otherwise: {event}"
 
     @invariant()
