@@ -9,7 +9,7 @@ allowed by the budgets selecting the pod, and no ready gpuplane pod left any oth
 eviction), the concurrent-disruption budget never exceeded. At the end, with the faults spent and
 the budgets lifted, every move ends and every deployment serves all its replicas: 0 lost workloads.
 
-Examples: ``examples(25)`` by default (a few seconds each); the issue's 1,000 scenarios are
+Examples: ``examples(15)`` by default (a few seconds each); the issue's 1,000 scenarios are
 ``GPUPLANE_MOVER_SCENARIOS=1000`` (``examples()`` scales it as every property test's count).
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ REQUESTERS = (("consolidation", "consolidationplan:90"), ("rollout", "rollout:91
 FAULTS = ("evict_pod", "create_workload", "workload_ready", "list_gpu_pods", "scale_workload", "delete_workload")
 BUDGETS = ({"min_available": 1}, {"min_available": "100%"}, {"min_available": "50%"}, {"max_unavailable": 0},
            {"max_unavailable": 1})
-SCENARIOS = int(os.environ.get("GPUPLANE_MOVER_SCENARIOS", "25"))
+SCENARIOS = int(os.environ.get("GPUPLANE_MOVER_SCENARIOS", "15"))
 
 
 class WatchedCluster(SimulatedCluster):
