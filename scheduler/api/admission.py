@@ -13,18 +13,23 @@ import logging
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from django.db import IntegrityError, transaction
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.viewsets import GenericViewSet, ModelViewSet
 
+from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import ADMIN, OPERATOR, RolePermission
 from lifecycle.audit import record
+from lifecycle.errors import Conflict
 from nodes.cluster.base import ClusterError
 from nodes.vocabulary import MIB_PER_GB, SHARE_MILLI_FULL
+from scheduler.core.admission import MPS_MAX_CLIENTS, TIMESLICE_MAX_REPLICAS
 from scheduler.models import AdmissionSettings, NamespaceQuota, PriorityLevel, SharingPolicy
+from scheduler.policies import MIG_PROFILES, POLICY_STRATEGY_CHOICES
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +48,28 @@ class CleanedModelSerializer(serializers.ModelSerializer):
         return attrs
 
 
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
 class SharingPolicySerializer(CleanedModelSerializer):
+    """Every limit ``policy_errors`` enforces is stated here too, so the schema says what is accepted."""
+
+    name = serializers.RegexField(DNS_LABEL, max_length=63)
+    namespaces = serializers.ListField(child=serializers.RegexField(DNS_LABEL, max_length=63), required=False,
+                                       help_text="Namespaces it selects; [] = every namespace")
+    match_labels = serializers.DictField(child=serializers.CharField(max_length=63, allow_blank=True), required=False,
+                                         help_text="Pod labels it selects; all must match")
+    strategy = serializers.ChoiceField(choices=POLICY_STRATEGY_CHOICES)
+    mig_profile = serializers.ChoiceField(choices=[("", "the smallest free instance that fits"),
+                                                   *[(p, p) for p in sorted(MIG_PROFILES)]],
+                                          required=False, allow_blank=True)
+    mps_max_clients = serializers.IntegerField(min_value=2, max_value=MPS_MAX_CLIENTS, allow_null=True, required=False)
+    mps_memory_limit_mib = serializers.IntegerField(min_value=1, max_value=4 * 1024 * 1024, allow_null=True,
+                                                    required=False)
+    timeslice_replicas = serializers.IntegerField(min_value=2, max_value=TIMESLICE_MAX_REPLICAS, allow_null=True,
+                                                  required=False)
+    precedence = serializers.IntegerField(min_value=-1_000_000, max_value=1_000_000, required=False)
+
     class Meta:
         model = SharingPolicy
         fields = ["id", "name", "description", "enabled", "precedence", "namespaces", "match_labels", "strategy",
@@ -72,10 +98,12 @@ class AdmissionSettingsSerializer(serializers.ModelSerializer):
 class NamespaceQuotaSerializer(serializers.ModelSerializer):
     """GPUs (0.5 = half a GPU's compute) and GB of GPU memory; null = unlimited."""
 
-    gpus = serializers.DecimalField(max_digits=9, decimal_places=3, min_value=0, allow_null=True, required=False,
-                                    help_text="Compute share in GPUs; null = unlimited")
-    memory_gb = serializers.DecimalField(max_digits=9, decimal_places=3, min_value=0, allow_null=True, required=False,
-                                         help_text="GPU memory in GB; null = unlimited")
+    namespace = serializers.RegexField(DNS_LABEL, max_length=63)
+
+    gpus = serializers.FloatField(min_value=0, max_value=1_000_000, allow_null=True, required=False,
+                                  help_text="Compute share in GPUs (thousandths are kept); null = unlimited")
+    memory_gb = serializers.FloatField(min_value=0, max_value=1_000_000, allow_null=True, required=False,
+                                       help_text="GPU memory in GB (MiB are kept); null = unlimited")
 
     class Meta:
         model = NamespaceQuota
@@ -89,28 +117,39 @@ class NamespaceQuotaSerializer(serializers.ModelSerializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "gpus" in attrs:
             gpus = attrs.pop("gpus")
-            attrs["max_gpu_milli"] = None if gpus is None else int(gpus * SHARE_MILLI_FULL)
+            attrs["max_gpu_milli"] = None if gpus is None else round(gpus * SHARE_MILLI_FULL)
         if "memory_gb" in attrs:
             memory = attrs.pop("memory_gb")
-            attrs["max_memory_mib"] = None if memory is None else int(memory * MIB_PER_GB)
+            attrs["max_memory_mib"] = None if memory is None else round(memory * MIB_PER_GB)
         return attrs
 
 
+def _save(serializer: serializers.BaseSerializer) -> Any:
+    """Save; a name or namespace taken meanwhile (unique in the database) is a 409, not a 400."""
+    try:
+        with transaction.atomic():
+            return serializer.save()
+    except IntegrityError as error:
+        raise Conflict(f"already exists: {error}") from error
+
+
 class AdminEdited:
-    """Admins write, everyone with a role reads; every change is an audit event."""
+    """Admins write, everyone with a role reads; every change is an audit event. JSON bodies only
+    (lists and objects have no form encoding). Unique names are checked by the database: 409."""
 
     permission_classes = [RolePermission]
+    parser_classes = [LimitedJSONParser]
     write_role = ADMIN
     audit_noun = ""
     request: Request
 
     def perform_create(self, serializer: serializers.BaseSerializer) -> None:
-        instance = serializer.save()
+        instance = _save(serializer)
         record(f"{self.audit_noun}.created", instance, actor=self.request.user, after=serializer.data)
 
     def perform_update(self, serializer: serializers.BaseSerializer) -> None:
         before = type(serializer)(serializer.instance).data
-        instance = serializer.save()
+        instance = _save(serializer)
         record(f"{self.audit_noun}.updated", instance, actor=self.request.user, before=before, after=serializer.data)
 
     def perform_destroy(self, instance: Any) -> None:
@@ -118,11 +157,19 @@ class AdminEdited:
         instance.delete()
 
 
+CONFLICT = OpenApiResponse(description="The name (or namespace) is taken")
+WRITES = extend_schema_view(create=extend_schema(responses={201: None, 409: CONFLICT}),
+                            update=extend_schema(responses={200: None, 409: CONFLICT}),
+                            partial_update=extend_schema(responses={200: None, 409: CONFLICT}))
+
+
+@WRITES
 class SharingPolicyViewSet(AdminEdited, ModelViewSet):
     queryset = SharingPolicy.objects.all()
     serializer_class = SharingPolicySerializer
     audit_noun = "sharing_policy"
     filterset_class = None
+    filter_backends: list[Any] = []  # short lists of admin settings: no filters, ordering or paging
     pagination_class = None
 
 
@@ -141,18 +188,23 @@ class PriorityLevelViewSet(AdminEdited, mixins.ListModelMixin, mixins.RetrieveMo
         except ClusterError:
             logger.warning("could not sync the PriorityClasses to the cluster", exc_info=True)
     filterset_class = None
+    filter_backends: list[Any] = []  # short lists of admin settings: no filters, ordering or paging
     pagination_class = None
 
 
+@WRITES
 class NamespaceQuotaViewSet(AdminEdited, ModelViewSet):
     queryset = NamespaceQuota.objects.all()
     serializer_class = NamespaceQuotaSerializer
     audit_noun = "namespace_quota"
     filterset_class = None
+    filter_backends: list[Any] = []  # short lists of admin settings: no filters, ordering or paging
     pagination_class = None
 
 
 class AdmissionSettingsView(AdminEdited, APIView):
+    """The webhook's exempt namespaces and preemption (one object)."""
+
     @extend_schema(responses=AdmissionSettingsSerializer)
     def get(self, request: Request) -> Response:
         return Response(AdmissionSettingsSerializer(AdmissionSettings.current()).data)
@@ -178,6 +230,7 @@ class AdmissionDryRunView(APIView):
     """Paste a pod: the decision, its matrix and the patch; nothing is stored or reserved."""
 
     permission_classes = [RolePermission]
+    parser_classes = [LimitedJSONParser]
     write_role = OPERATOR  # a POST that changes nothing, open to whoever may deploy
     serializer_class = DryRunSerializer
 
