@@ -23,6 +23,13 @@ from rest_framework.viewsets import GenericViewSet, ModelViewSet
 
 from gpuplane.parsers import LimitedJSONParser
 from gpuplane.roles import ADMIN, OPERATOR, RolePermission
+from gpuplane.strict_input import (
+    RejectUnknownFieldsMixin,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictQueryParametersMixin,
+    StrictSerializer,
+)
 from lifecycle.audit import record
 from lifecycle.errors import Conflict
 from nodes.cluster.base import ClusterError
@@ -34,8 +41,11 @@ from scheduler.policies import MIG_PROFILES, POLICY_STRATEGY_CHOICES
 logger = logging.getLogger(__name__)
 
 
-class CleanedModelSerializer(serializers.ModelSerializer):
-    """Runs the model's ``clean`` (its field messages become the 400's)."""
+class CleanedModelMixin:
+    """For a ModelSerializer: runs the model's ``clean`` (its field messages become the 400's)."""
+
+    instance: Any
+    Meta: Any
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         instance = self.instance or self.Meta.model()
@@ -51,7 +61,7 @@ class CleanedModelSerializer(serializers.ModelSerializer):
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
-class SharingPolicySerializer(CleanedModelSerializer):
+class SharingPolicySerializer(CleanedModelMixin, RejectUnknownFieldsMixin, serializers.ModelSerializer):
     """Every limit ``policy_errors`` enforces is stated here too, so the schema says what is accepted."""
 
     name = serializers.RegexField(DNS_LABEL, max_length=63)
@@ -63,12 +73,11 @@ class SharingPolicySerializer(CleanedModelSerializer):
     mig_profile = serializers.ChoiceField(choices=[("", "the smallest free instance that fits"),
                                                    *[(p, p) for p in sorted(MIG_PROFILES)]],
                                           required=False, allow_blank=True)
-    mps_max_clients = serializers.IntegerField(min_value=2, max_value=MPS_MAX_CLIENTS, allow_null=True, required=False)
-    mps_memory_limit_mib = serializers.IntegerField(min_value=1, max_value=4 * 1024 * 1024, allow_null=True,
-                                                    required=False)
-    timeslice_replicas = serializers.IntegerField(min_value=2, max_value=TIMESLICE_MAX_REPLICAS, allow_null=True,
-                                                  required=False)
-    precedence = serializers.IntegerField(min_value=-1_000_000, max_value=1_000_000, required=False)
+    mps_max_clients = StrictIntegerField(min_value=2, max_value=MPS_MAX_CLIENTS, allow_null=True, required=False)
+    mps_memory_limit_mib = StrictIntegerField(min_value=1, max_value=4 * 1024 * 1024, allow_null=True, required=False)
+    timeslice_replicas = StrictIntegerField(min_value=2, max_value=TIMESLICE_MAX_REPLICAS, allow_null=True,
+                                            required=False)
+    precedence = StrictIntegerField(min_value=-1_000_000, max_value=1_000_000, required=False)
 
     class Meta:
         model = SharingPolicy
@@ -78,16 +87,19 @@ class SharingPolicySerializer(CleanedModelSerializer):
         read_only_fields = ["updated_at"]
 
 
-class PriorityLevelSerializer(serializers.ModelSerializer):
+class PriorityLevelSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializer):
+    value = StrictIntegerField(min_value=0, max_value=1_000_000_000,
+                               help_text="The PriorityClass value (higher preempts lower)")
     class Meta:
         model = PriorityLevel
         fields = ["id", "priority", "value", "description", "preempts"]
         read_only_fields = ["priority"]
 
 
-class AdmissionSettingsSerializer(serializers.ModelSerializer):
+class AdmissionSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializer):
     exempt_namespaces = serializers.ListField(child=serializers.RegexField(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
                                                                            max_length=63), allow_empty=True)
+    preemption_delay_s = StrictIntegerField(min_value=0, max_value=86_400, required=False)
 
     class Meta:
         model = AdmissionSettings
@@ -95,14 +107,14 @@ class AdmissionSettingsSerializer(serializers.ModelSerializer):
         read_only_fields = ["updated_at"]
 
 
-class NamespaceQuotaSerializer(serializers.ModelSerializer):
+class NamespaceQuotaSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializer):
     """GPUs (0.5 = half a GPU's compute) and GB of GPU memory; null = unlimited."""
 
     namespace = serializers.RegexField(DNS_LABEL, max_length=63)
 
-    gpus = serializers.FloatField(min_value=0, max_value=1_000_000, allow_null=True, required=False,
+    gpus = StrictFloatField(min_value=0, max_value=1_000_000, allow_null=True, required=False,
                                   help_text="Compute share in GPUs (thousandths are kept); null = unlimited")
-    memory_gb = serializers.FloatField(min_value=0, max_value=1_000_000, allow_null=True, required=False,
+    memory_gb = StrictFloatField(min_value=0, max_value=1_000_000, allow_null=True, required=False,
                                        help_text="GPU memory in GB (MiB are kept); null = unlimited")
 
     class Meta:
@@ -164,20 +176,22 @@ WRITES = extend_schema_view(create=extend_schema(responses={201: None, 409: CONF
 
 
 @WRITES
-class SharingPolicyViewSet(AdminEdited, ModelViewSet):
+class SharingPolicyViewSet(AdminEdited, StrictQueryParametersMixin, ModelViewSet):
     queryset = SharingPolicy.objects.all()
     serializer_class = SharingPolicySerializer
     audit_noun = "sharing_policy"
+    ordering_fields = ["precedence", "name", "updated_at"]
+    ordering = ["-precedence", "name"]
     filterset_class = None
-    filter_backends: list[Any] = []  # short lists of admin settings: no filters, ordering or paging
-    pagination_class = None
 
 
-class PriorityLevelViewSet(AdminEdited, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,
+class PriorityLevelViewSet(AdminEdited, StrictQueryParametersMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,
                            GenericViewSet):
     queryset = PriorityLevel.objects.all()
     serializer_class = PriorityLevelSerializer
     audit_noun = "priority_level"
+    ordering_fields = ["value", "priority"]
+    ordering = ["-value"]
 
     def perform_update(self, serializer: serializers.BaseSerializer) -> None:
         from scheduler.services.priorities import sync_priority_classes
@@ -188,21 +202,19 @@ class PriorityLevelViewSet(AdminEdited, mixins.ListModelMixin, mixins.RetrieveMo
         except ClusterError:
             logger.warning("could not sync the PriorityClasses to the cluster", exc_info=True)
     filterset_class = None
-    filter_backends: list[Any] = []  # short lists of admin settings: no filters, ordering or paging
-    pagination_class = None
 
 
 @WRITES
-class NamespaceQuotaViewSet(AdminEdited, ModelViewSet):
+class NamespaceQuotaViewSet(AdminEdited, StrictQueryParametersMixin, ModelViewSet):
     queryset = NamespaceQuota.objects.all()
     serializer_class = NamespaceQuotaSerializer
     audit_noun = "namespace_quota"
+    ordering_fields = ["namespace"]
+    ordering = ["namespace"]
     filterset_class = None
-    filter_backends: list[Any] = []  # short lists of admin settings: no filters, ordering or paging
-    pagination_class = None
 
 
-class AdmissionSettingsView(AdminEdited, APIView):
+class AdmissionSettingsView(AdminEdited, StrictQueryParametersMixin, APIView):
     """The webhook's exempt namespaces and preemption (one object)."""
 
     @extend_schema(responses=AdmissionSettingsSerializer)
@@ -222,11 +234,11 @@ class AdmissionSettingsView(AdminEdited, APIView):
         return Response(serializer.data)
 
 
-class DryRunSerializer(serializers.Serializer):
+class DryRunSerializer(StrictSerializer):
     object = serializers.DictField(help_text="A Pod, or an ome.io InferenceService")
 
 
-class AdmissionDryRunView(APIView):
+class AdmissionDryRunView(StrictQueryParametersMixin, APIView):
     """Paste a pod: the decision, its matrix and the patch; nothing is stored or reserved."""
 
     permission_classes = [RolePermission]

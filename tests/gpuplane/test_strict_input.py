@@ -22,7 +22,7 @@ from nodes.api import telemetry_schema as telemetry
 from nodes.models import GPU, Node, NodeGPUReport
 from rollouts.models import RollingUpdate
 from scheduler.api.serializers import DeploymentCreateSerializer
-from scheduler.models import Deployment
+from scheduler.models import Deployment, NamespaceQuota, SharingPolicy
 from tests.scheduler.inventory import demo_cluster
 
 pytestmark = pytest.mark.django_db
@@ -61,6 +61,8 @@ def objects(admin_api) -> dict[str, str]:
     RollingUpdate.objects.create(name="ts4", config={"mode": "timeslice", "replicas": 4, "mig_layout": None})
     ConsolidationPlan.objects.create(expires_at=timezone.now() + timedelta(hours=1))
     NodeGPUReport.objects.create(node=gpu.node, gpus=[], reported_at=timezone.now(), changed_at=timezone.now())
+    SharingPolicy.objects.create(name="all-mps", strategy="mps")
+    NamespaceQuota.objects.create(namespace="ml", max_gpu_milli=1000)
     return {"name": gpu.node.name, "uuid": gpu.uuid}
 
 
