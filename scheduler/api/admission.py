@@ -59,6 +59,7 @@ class CleanedModelMixin:
 
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+NO_NUL = r"^[^\x00]*$"  # Django's text fields refuse NUL: the schema says so
 
 
 class SharingPolicySerializer(CleanedModelMixin, RejectUnknownFieldsMixin, serializers.ModelSerializer):
@@ -67,8 +68,9 @@ class SharingPolicySerializer(CleanedModelMixin, RejectUnknownFieldsMixin, seria
     name = serializers.RegexField(DNS_LABEL, max_length=63)
     namespaces = serializers.ListField(child=serializers.RegexField(DNS_LABEL, max_length=63), required=False,
                                        help_text="Namespaces it selects; [] = every namespace")
-    match_labels = serializers.DictField(child=serializers.CharField(max_length=63, allow_blank=True), required=False,
-                                         help_text="Pod labels it selects; all must match")
+    match_labels = serializers.DictField(child=serializers.RegexField(NO_NUL, max_length=63, allow_blank=True),
+                                         required=False, help_text="Pod labels it selects; all must match")
+    description = serializers.RegexField(NO_NUL, max_length=2000, allow_blank=True, required=False)
     strategy = serializers.ChoiceField(choices=POLICY_STRATEGY_CHOICES)
     mig_profile = serializers.ChoiceField(choices=[("", "the smallest free instance that fits"),
                                                    *[(p, p) for p in sorted(MIG_PROFILES)]],
@@ -88,6 +90,7 @@ class SharingPolicySerializer(CleanedModelMixin, RejectUnknownFieldsMixin, seria
 
 
 class PriorityLevelSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializer):
+    description = serializers.RegexField(NO_NUL, max_length=200, allow_blank=True, required=False)
     value = StrictIntegerField(min_value=0, max_value=1_000_000_000,
                                help_text="The PriorityClass value (higher preempts lower)")
     class Meta:
@@ -170,12 +173,29 @@ class AdminEdited:
 
 
 CONFLICT = OpenApiResponse(description="The name (or namespace) is taken")
-WRITES = extend_schema_view(create=extend_schema(responses={201: None, 409: CONFLICT}),
-                            update=extend_schema(responses={200: None, 409: CONFLICT}),
-                            partial_update=extend_schema(responses={200: None, 409: CONFLICT}))
 
 
-@WRITES
+class SharingPolicyRequestSerializer(SharingPolicySerializer):
+    """The body of a write: a component of its own, closed to unknown fields (the answer's is not)."""
+
+
+class NamespaceQuotaRequestSerializer(NamespaceQuotaSerializer):
+    """The body of a write: a component of its own, closed to unknown fields (the answer's is not)."""
+
+
+class PriorityLevelRequestSerializer(PriorityLevelSerializer):
+    """The body of a write: a component of its own, closed to unknown fields (the answer's is not)."""
+
+
+def writes(request: type[serializers.Serializer], response: type[serializers.Serializer]) -> Any:
+    return extend_schema_view(
+        create=extend_schema(request=request, responses={201: response, 409: CONFLICT}),
+        update=extend_schema(request=request, responses={200: response, 409: CONFLICT}),
+        partial_update=extend_schema(request=request, responses={200: response, 409: CONFLICT}),
+    )
+
+
+@writes(SharingPolicyRequestSerializer, SharingPolicySerializer)
 class SharingPolicyViewSet(AdminEdited, StrictQueryParametersMixin, ModelViewSet):
     queryset = SharingPolicy.objects.all()
     serializer_class = SharingPolicySerializer
@@ -185,6 +205,10 @@ class SharingPolicyViewSet(AdminEdited, StrictQueryParametersMixin, ModelViewSet
     filterset_class = None
 
 
+@extend_schema_view(
+    update=extend_schema(request=PriorityLevelRequestSerializer, responses={200: PriorityLevelSerializer}),
+    partial_update=extend_schema(request=PriorityLevelRequestSerializer, responses={200: PriorityLevelSerializer}),
+)
 class PriorityLevelViewSet(AdminEdited, StrictQueryParametersMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.UpdateModelMixin,
                            GenericViewSet):
     queryset = PriorityLevel.objects.all()
@@ -204,7 +228,7 @@ class PriorityLevelViewSet(AdminEdited, StrictQueryParametersMixin, mixins.ListM
     filterset_class = None
 
 
-@WRITES
+@writes(NamespaceQuotaRequestSerializer, NamespaceQuotaSerializer)
 class NamespaceQuotaViewSet(AdminEdited, StrictQueryParametersMixin, ModelViewSet):
     queryset = NamespaceQuota.objects.all()
     serializer_class = NamespaceQuotaSerializer
