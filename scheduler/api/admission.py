@@ -14,6 +14,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers
 from rest_framework.request import Request
@@ -172,7 +173,7 @@ class AdminEdited:
         instance.delete()
 
 
-CONFLICT = OpenApiResponse(description="The name (or namespace) is taken")
+CONFLICT = OpenApiResponse(OpenApiTypes.OBJECT, description="The name (or namespace) is taken: `detail` says which")
 
 
 class SharingPolicyRequestSerializer(SharingPolicySerializer):
