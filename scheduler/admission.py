@@ -345,13 +345,19 @@ def pod_change(assignment: Assignment, choice: SharingChoice, deployment_id: int
 
 
 def dry_run(obj: dict[str, Any]) -> dict[str, Any]:
-    """The decision, matrix and patch for a pasted Pod (or InferenceService); nothing is stored."""
-    if obj.get("kind") == "InferenceService":
-        from scheduler.inference_services import engine_pod
+    """The decision, matrix and patch for a pasted Pod (or InferenceService); nothing is stored.
+    Like the webhook it never fails: what it cannot read is answered as result "error"."""
+    try:
+        if obj.get("kind") == "InferenceService":
+            from scheduler.inference_services import engine_pod
 
-        obj = engine_pod(obj)
-    namespace = str((obj.get("metadata") or {}).get("namespace") or "default")
-    verdict = decide_pod(obj, namespace, dry_run=True)
+            obj = engine_pod(obj)
+        meta = obj.get("metadata")
+        namespace = str((meta if isinstance(meta, dict) else {}).get("namespace") or "default")
+        verdict = decide_pod(obj, namespace, dry_run=True)
+    except Exception as error:  # a pasted object may be anything; say what went wrong
+        logger.info("dry run could not decide", exc_info=True)
+        return Verdict(result="error", message=f"gpuplane could not read this object: {error!r}").to_dict()
     if verdict.result == "left-alone" and verdict.choice is None and not verdict.message:
         verdict = replace(verdict, message="the pod asks for no nvidia.com/* resource (or was admitted already): "
                                            "the webhook never sees it or leaves it alone")
