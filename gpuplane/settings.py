@@ -300,14 +300,12 @@ GPUPLANE_WEBHOOK_BIND_TIMEOUT_S = env_int("GPUPLANE_WEBHOOK_BIND_TIMEOUT_S", 120
 # Container image of the workloads gpuplane creates; it reads the model name from MODEL_NAME.
 GPUPLANE_WORKLOAD_IMAGE = env_str("GPUPLANE_WORKLOAD_IMAGE", "vllm/vllm-openai:latest")
 
-# Rolling updates (docs/design.md section 5): how often the reconciler advances running rollouts, how
-# long one node step (pre-warm, proof) may take before the node is failed and restored, and how
-# long to wait after an eviction answered 429 (a PodDisruptionBudget) before trying again.
+# Rolling updates (docs/design.md section 5): the reconciler's interval, how long one node step (pre-warm,
+# proof) may take before the node is failed and restored, the wait after an eviction's 429 (a PDB).
 ROLLOUT_RECONCILE_INTERVAL_S = env_int("GPUPLANE_ROLLOUT_RECONCILE_INTERVAL_S", 5, minimum=1)
 ROLLOUT_STEP_TIMEOUT_S = env_int("GPUPLANE_ROLLOUT_STEP_TIMEOUT_S", 600, minimum=10)
 ROLLOUT_EVICTION_BACKOFF_S = env_int("GPUPLANE_ROLLOUT_EVICTION_BACKOFF_S", 10, minimum=1)
-# A created rollout owns its nodes (no other rollout may target them) until it ends; one nobody
-# starts within this many seconds expires and releases them (rollouts.expiry).
+# A created rollout owns its nodes until it ends; one not started in this many seconds expires (rollouts.expiry).
 ROLLOUT_START_DEADLINE_S = env_int("GPUPLANE_ROLLOUT_START_DEADLINE_S", 86400, minimum=60)
 
 # --- Savings (docs/design.md section 6; savings/) --------------------------------------------------
@@ -381,7 +379,6 @@ CELERY_BEAT_SCHEDULE = {
 }
 from gpuplane.autoscale_settings import AUTOSCALE_BEAT, AUTOSCALE_SETTINGS  # noqa: E402, I001 (docs/concepts.md)
 globals().update(AUTOSCALE_SETTINGS, CELERY_BEAT_SCHEDULE={**CELERY_BEAT_SCHEDULE, **AUTOSCALE_BEAT})
-
 # --- HTTPS (docs/install.md): on by default in production, off for `make run` over plain http.
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _PRODUCTION)
 SECURE_REDIRECT_EXEMPT = REDIRECT_EXEMPT
@@ -390,8 +387,7 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", Fals
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _PRODUCTION)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _PRODUCTION)
-# Behind a TLS-terminating proxy: the header it sets, e.g. `X-Forwarded-Proto: https` (only if the
-# proxy always sets or strips it, else a client can claim https).
+# Behind a TLS proxy: the header it sets, e.g. `X-Forwarded-Proto: https` (only if it always sets or strips it).
 SECURE_PROXY_SSL_HEADER = env_header_pair("SECURE_PROXY_SSL_HEADER")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 

@@ -274,74 +274,6 @@ class Move(models.Model):
 MOVE_STATES = StateMachine(Move, MOVE_FROM, final=MOVE_FINAL, finished_field="finished_at")
 
 
-class ScalingEvent(models.Model):
-    """One evaluation of a deployment's autoscaling, or a change of its replicas by hand.
-
-    ``inputs`` are the metrics that drove it (the monitoring sample and what the policy derived),
-    ``decision`` the policy's answer (``scheduler.core.autoscale.Decision.to_dict()``), ``outcome``
-    what happened to it: applied, partly applied, failed, held (nothing to do) or no decision
-    (the inputs could not be trusted; the reason is in ``message``).
-    """
-
-    class Outcome(models.TextChoices):
-        APPLIED = "applied", "Applied"
-        PARTIAL = "partial", "Partly applied"
-        FAILED = "failed", "Failed"
-        HELD = "held", "Held"
-        NO_DECISION = "no-decision", "No decision"
-
-    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="scaling_events")
-    at = models.DateTimeField(db_index=True)
-    policy = models.CharField(max_length=16, help_text="gpuplane, hpa, seed, static or manual")
-    action = models.CharField(max_length=8, help_text="up, down, hold or none")
-    replicas_before = models.PositiveSmallIntegerField()
-    replicas_after = models.PositiveSmallIntegerField()
-    inputs = models.JSONField(default=dict, blank=True)
-    decision = models.JSONField(default=dict, blank=True)
-    outcome = models.CharField(max_length=16, choices=Outcome.choices)
-    message = models.TextField(blank=True)
-    actor = models.CharField(max_length=150, blank=True, help_text="Who changed replicas by hand; empty for a policy")
-
-    class Meta:
-        ordering = ["deployment_id", "at", "id"]
-        indexes = [models.Index(fields=["deployment", "at"], name="scalingevent_deployment_at")]
-
-    def __str__(self) -> str:
-        return f"{self.deployment} {self.action} {self.replicas_before}->{self.replicas_after} ({self.outcome})"
-
-
-class CorrectionFactor(models.Model):
-    """Measured / predicted throughput of a model on a GPU model and sharing mode (the feedback's
-    correction factor; ``scheduler.core.feedback``)."""
-
-    model = models.CharField(max_length=200)
-    gpu_model = models.CharField(max_length=64)
-    sharing_mode = models.CharField(max_length=16)
-    factor = models.FloatField()
-    observations = models.PositiveIntegerField(default=0)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["model", "gpu_model", "sharing_mode"],
-                                               name="correction_factor_unique")]
-
-    def __str__(self) -> str:
-        return f"{self.model} on {self.gpu_model} ({self.sharing_mode}): x{self.factor:.3f}"
-
-
-class LearnedWeights(models.Model):
-    """The learned score weights of a profile (bounded around the profile's defaults), or its
-    defaults while none were learned; ``frozen`` stops learning."""
-
-    profile = models.CharField(max_length=64, unique=True)
-    weights = models.JSONField(default=dict, blank=True)
-    frozen = models.BooleanField(default=False)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    def __str__(self) -> str:
-        return f"learned weights of {self.profile}"
-
-
 class SharingPolicy(models.Model):
     """How the pods a policy selects share their GPUs (admins edit it; ``scheduler.core.admission``
     applies it). Selects by namespaces (empty: every namespace) and labels (all must match); of
@@ -422,3 +354,10 @@ class PriorityLevel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.priority}: {self.value}"
+
+
+# The autoscaler's rows, in their own module (scheduler/autoscaling_models.py): imported here so
+# Django finds them with the app's models.
+from scheduler.autoscaling_models import CorrectionFactor as CorrectionFactor  # noqa: E402
+from scheduler.autoscaling_models import LearnedWeights as LearnedWeights  # noqa: E402
+from scheduler.autoscaling_models import ScalingEvent as ScalingEvent  # noqa: E402

@@ -16,6 +16,7 @@ from scheduler.core.admission import (
     PolicyRule,
 )
 from scheduler.core.types import SharingRequest
+from scheduler.label_rules import label_errors
 
 if TYPE_CHECKING:
     from scheduler.models import SharingPolicy
@@ -40,8 +41,6 @@ def policy_errors(policy: SharingPolicy) -> dict[str, list[str]]:
     namespaces: Any = policy.namespaces
     if not isinstance(namespaces, list) or not all(isinstance(n, str) and _NAMESPACE.match(n) for n in namespaces):
         add("namespaces", "Enter a list of Kubernetes namespaces (DNS-1123 labels).")
-    from scheduler.services.spec import label_errors  # the services import the models, which import this
-
     for message in label_errors(policy.match_labels, selector=True):
         add("match_labels", message)
     if policy.strategy == SharingRequest.MIG and policy.mig_profile and policy.mig_profile not in MIG_PROFILES:

@@ -35,7 +35,6 @@ from gpuplane.strict_input import (
 )
 from lifecycle.audit import record
 from lifecycle.errors import Conflict
-from nodes.cluster.base import ClusterError
 from nodes.vocabulary import MIB_PER_GB, SHARE_MILLI_FULL
 from scheduler.core.admission import MPS_MAX_CLIENTS, TIMESLICE_MAX_REPLICAS
 from scheduler.models import AdmissionSettings, NamespaceQuota, PriorityLevel, SharingPolicy
@@ -120,7 +119,7 @@ class NamespaceQuotaSerializer(RejectUnknownFieldsMixin, StrictModelFieldsMixin,
 
     gpus = StrictFloatField(min_value=0, max_value=1e6, allow_null=True, required=False,
                             help_text="Compute share in GPUs; null = unlimited")
-    memory_gb = StrictFloatField(min_value=0, max_value=1e9, allow_null=True, required=False,
+    memory_gb = StrictFloatField(min_value=0, max_value=1e6, allow_null=True, required=False,
                                  help_text="GPU memory in GB; null = unlimited")
 
     class Meta:
@@ -233,13 +232,10 @@ class PriorityLevelViewSet(AdminEdited, mixins.ListModelMixin, mixins.RetrieveMo
     ordering = ["-value"]
 
     def perform_update(self, serializer: serializers.BaseSerializer) -> None:
-        from scheduler.services.priorities import sync_priority_classes
+        from scheduler.services.priorities import sync_priority_classes_if_reachable
 
         super().perform_update(serializer)
-        try:  # the row is the truth; a cluster that cannot be reached now is synced next time
-            sync_priority_classes(actor=self.request.user)
-        except ClusterError:
-            logger.warning("could not sync the PriorityClasses to the cluster", exc_info=True)
+        sync_priority_classes_if_reachable(actor=self.request.user)
 
 
 @admin_edited_schema(NamespaceQuotaSerializer, NamespaceQuotaRequestSerializer, "create", "update", "partial_update")

@@ -7,13 +7,16 @@ so a cluster has them before gpuplane first runs.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from lifecycle.audit import record
 from nodes.cluster.backends import get_cluster
-from nodes.cluster.base import ClusterBackend
+from nodes.cluster.base import ClusterBackend, ClusterError
 from nodes.contract import PRIORITY_CLASS_PREFIX
 from scheduler.models import PriorityLevel
+
+logger = logging.getLogger(__name__)
 
 
 def priority_class_name(priority: str) -> str:
@@ -34,3 +37,14 @@ def sync_priority_classes(*, cluster: ClusterBackend | None = None, actor: Any =
                    after={"name": name, "value": level.value, "preempts": level.preempts})
             changed.append(name)
     return changed
+
+
+def sync_priority_classes_if_reachable(*, actor: Any = None) -> bool:
+    """After an admin's change: the row is the truth; a cluster that cannot be reached now gets the
+    PriorityClasses at the next sync. Whether they were written now."""
+    try:
+        sync_priority_classes(actor=actor)
+    except ClusterError:
+        logger.warning("could not sync the PriorityClasses to the cluster", exc_info=True)
+        return False
+    return True

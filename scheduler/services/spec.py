@@ -12,10 +12,10 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from nodes import quantities
-from nodes.contract import RESERVED_LABEL_KEYS, RESERVED_LABEL_PREFIX
 from nodes.vocabulary import MIB_PER_GB
 from scheduler.core import Priority, SharingRequest, WorkloadType
 from scheduler.inference_services import tp_size
+from scheduler.label_rules import label_errors
 from scheduler.models import Deployment
 from scheduler.services.container import arguments_errors, env_errors, image_errors
 
@@ -38,8 +38,6 @@ HOST_DEFAULTS: dict[str, tuple[int, int]] = {  # workload type -> (CPU milli, me
 }
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 # The same rules as regular expressions, for the API schema: a DNS-1123 label, and a text that
 # has no control character and is not blank (one character that str.strip() keeps).
@@ -166,36 +164,6 @@ def _quantity_error(value: Any, convert: Callable[[Any], int], most: int, show: 
     if amount > most:
         return f"Enter at most {show(most)}."
     return ""
-
-
-def label_errors(labels: Any, *, selector: bool = False) -> list[str]:
-    """Why ``labels`` is not a valid set of Kubernetes labels for a workload ([] when it is);
-    ``selector``: labels a selector matches, where gpuplane's own keys may be named too.
-
-    Keys: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters
-    (alphanumerics, '-', '_', '.'; alphanumeric at both ends). Values: empty or such a name.
-    gpuplane's own keys (``gpuplane.io/*``, ``app.kubernetes.io/managed-by`` and ``/name``) are refused.
-    """
-    if not isinstance(labels, Mapping):
-        return ["Enter an object of label names to string values."]
-    errors = []
-    for key, value in labels.items():
-        if not _is_text(key) or not _is_text(value):
-            errors.append(f"Label {key!r}: keys and values must be strings.")
-            continue
-        if "\x00" in key or "\x00" in value:
-            errors.append("Null characters are not allowed.")
-            continue
-        prefix, _, name = key.rpartition("/")
-        if (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) or len(name) > 63 \
-                or not _LABEL_NAME.match(name):
-            errors.append(f"Label key {key!r} is not a valid Kubernetes label key.")
-        elif not selector and (key in RESERVED_LABEL_KEYS or prefix == RESERVED_LABEL_PREFIX
-                               or prefix.endswith("." + RESERVED_LABEL_PREFIX)):
-            errors.append(f"Label key {key!r} is set by gpuplane.")
-        elif value and (len(value) > 63 or not _LABEL_NAME.match(value)):
-            errors.append(f"Label {key!r}: {value!r} is not a valid Kubernetes label value.")
-    return errors
 
 
 def validate_spec(spec: DeploySpec) -> DeploySpec:

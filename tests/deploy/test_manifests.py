@@ -188,7 +188,7 @@ def test_the_priority_classes_are_exactly_those_the_code_names(overlay):
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_priority_classes_carry_the_values_gpuplane_starts_with(overlay):
     # seed 002's values, as the migration stores them for gpuplane's PriorityLevel rows
-    defaults = importlib.import_module("scheduler.migrations.0011_admission")
+    defaults = importlib.import_module("scheduler.migrations.0013_admission")
     classes = {pc["metadata"]["name"]: pc for pc in of_kind(render(overlay), "PriorityClass")}
     for priority, value, _ in defaults.SEED_002:
         pc = classes[f"{PRIORITY_CLASS_PREFIX}{priority}"]

@@ -45,7 +45,7 @@ def test_a_cluster_failure_is_a_502_and_no_capacity_a_409_with_its_explanation()
                                       explanation={"reason": "memory", "suggestion": None}))
     assert status == 409
     assert body == {"detail": "0/3 nodes are available", "replica": 1, "reason": "memory", "suggestion": None,
-                    "released_replicas": 0, "decision": {"nodes": []}}
+                    "released_replicas": 0, "decision": {"nodes": []}, "preemption": None}
 
 
 def test_the_services_errors_are_domain_errors():

@@ -1,10 +1,9 @@
 """SimulatedCluster: the ClusterBackend over the simulated cluster, and the controls to seed and break it.
 
-A thin facade: each method opens one transaction on the state file (`store`), lets the
-simulation catch up with the clock and hands the state to the module that owns the behaviour.
-Time is lazy: every call first advances the simulation to the clock's now (MIG manager,
-ReplicaSet controller, scheduler, kubelet, in that order), so a fake clock makes tests
-deterministic. Every ClusterBackend method first consumes an injected fault, if one is queued.
+A thin facade: each method opens one transaction on the state file (`store`), lets the simulation
+catch up with the clock and hands the state to the module that owns the behaviour. Time is lazy:
+every call first advances the simulation to the clock's now (MIG manager, ReplicaSet controller,
+scheduler, kubelet), so a fake clock makes tests deterministic; each method first consumes a queued fault.
 """
 from __future__ import annotations
 

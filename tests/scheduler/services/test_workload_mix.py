@@ -15,7 +15,7 @@ from scheduler.choices import PlacementStatus
 from scheduler.core.fragmentation_columns import observed_typical_pods
 from scheduler.core.plugins.fragmentation_gradient import DEFAULT_TYPICAL_PODS
 from scheduler.models import Deployment, Placement
-from scheduler.services import deciding, workload_mix
+from scheduler.services import deciding, feedback, workload_mix
 from tests.nodes.factories import make_node
 
 
@@ -98,6 +98,7 @@ def test_too_few_placements_clear_the_mix():
 def test_the_deploy_path_reads_the_mix_without_a_database_statement():
     _place([500] * 30)
     tasks.refresh_workload_mix_task()
+    feedback.learned()  # the feedback's weights: read once, then kept in the cache until they change
     with CaptureQueriesContext(connection) as queries:
         scheduler = deciding.placement_scheduler()
     assert queries.captured_queries == [] and _plugin_args(scheduler)[1] == {500}
