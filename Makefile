@@ -1,7 +1,7 @@
 # gpuplane: two commands on a fresh machine (see README.md, "Quick start", and docs/operations.md).
 #
 #   make run    web + Celery worker + Celery beat on http://$(HOST):$(PORT); Ctrl-C stops all three
-#   make test   the whole test suite (pass-through: DATABASE_URL, REDIS_URL, PYTEST_ARGS)
+#   make test   the whole test suite (pass-through: DATABASE_URL, REDIS_URL, PYTEST_ARGS, PYTEST_WORKERS=0 for one process)
 #
 # Only python3 is needed: both create .venv on first use. `make run` installs requirements.txt
 # (what runs: no test or lint tool), `make test` requirements-dev.txt (that plus the test and
@@ -12,6 +12,8 @@ VENV        ?= .venv
 HOST        ?= 127.0.0.1
 PORT        ?= 8000
 PYTEST_ARGS ?=
+# pytest-xdist workers: one per core; a test file stays on one worker (its module fixtures built once).
+PYTEST_WORKERS ?= auto
 
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
@@ -64,4 +66,4 @@ run: install
 	exec $(PY) manage.py run_gpuplane --host $(HOST) --port $(PORT)
 
 test: install-dev
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

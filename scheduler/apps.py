@@ -25,13 +25,19 @@ class SchedulerConfig(AppConfig):
 
 def _after_migrate(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
     """Re-create the snapshot change-log triggers (a migration may have rebuilt a watched table on
-    SQLite, dropping them) and forget this process's snapshot (``flush`` also ends here)."""
+    SQLite, dropping them), store the default priority levels a ``flush`` emptied, and forget this
+    process's snapshot (``flush`` also ends here)."""
     from django.db import connections
 
     from scheduler import snapshot_triggers
+    from scheduler.models import PriorityLevel
+    from scheduler.services.priorities import ensure_default_levels
     from scheduler.services.snapshots import SNAPSHOTS
 
     connection = connections[using]
-    if snapshot_triggers.LOG_TABLE in connection.introspection.table_names():
+    tables = connection.introspection.table_names()
+    if snapshot_triggers.LOG_TABLE in tables:
         snapshot_triggers.install(connection)
+    if PriorityLevel._meta.db_table in tables and using == "default":
+        ensure_default_levels()
     SNAPSHOTS.invalidate()

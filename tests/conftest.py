@@ -26,7 +26,14 @@ def _developer_var_dirs() -> list[Path]:
     return [BASE_DIR / "var", *([Path(DEVELOPER_VAR_DIR)] if DEVELOPER_VAR_DIR else [])]
 
 
+def _xdist_worker() -> bool:
+    """Under pytest-xdist the controller checks the whole run; a worker would see its siblings' keys."""
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if _xdist_worker():
+        return
     session.config.stash[SNAPSHOT_KEY] = leaks.snapshot(os.environ.get("REDIS_URL", ""), _developer_var_dirs())
 
 

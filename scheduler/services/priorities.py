@@ -18,6 +18,19 @@ from scheduler.models import PriorityLevel
 
 logger = logging.getLogger(__name__)
 
+# Seed 002's PriorityClasses (as migration 0013 first stored them): priority, value, description.
+DEFAULT_LEVELS = (("high", 1000, "production inference"), ("medium", 500, "training"), ("low", 100, "research"))
+
+
+def ensure_default_levels() -> int:
+    """Store each default level that has no row (after every migrate and ``flush``, as Django does
+    for permissions): an admin's changed values are kept. How many were created."""
+    created = 0
+    for priority, value, description in DEFAULT_LEVELS:
+        created += PriorityLevel.objects.get_or_create(
+            priority=priority, defaults={"value": value, "description": description, "preempts": priority != "low"})[1]
+    return created
+
 
 def priority_class_name(priority: str) -> str:
     return f"{PRIORITY_CLASS_PREFIX}{priority}"

@@ -25,3 +25,19 @@ def test_it_creates_seed_002s_classes_and_replaces_one_an_admin_changed(admin_us
     level = PriorityLevel.objects.get(priority="medium")
     assert client.patch(f"/api/v1/priority-levels/{level.pk}/", {"value": 700}, format="json").status_code == 200
     assert empty_cluster().priority_classes()["gpuplane-medium"]["value"] == 700
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flush_leaves_the_default_levels_and_an_admins_change_is_kept():
+    from django.core.management import call_command
+
+    from scheduler.models import PriorityLevel
+
+    call_command("flush", interactive=False, verbosity=0)  # post_migrate: the defaults again
+    assert dict(PriorityLevel.objects.values_list("priority", "value")) == {"high": 1000, "medium": 500, "low": 100}
+    PriorityLevel.objects.filter(priority="high").update(value=900)
+    PriorityLevel.objects.filter(priority="low").delete()
+    from scheduler.services.priorities import ensure_default_levels
+
+    assert ensure_default_levels() == 1
+    assert dict(PriorityLevel.objects.values_list("priority", "value")) == {"high": 900, "medium": 500, "low": 100}
