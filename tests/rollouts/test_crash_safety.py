@@ -9,8 +9,8 @@ own, and a replica is placed only on a node of its deployment's mode):
 - MPS R=2 ``roll-1``, ``roll-2`` (a one-replica deployment each, and one replica each of ``pair``,
   whose PodDisruptionBudget, its owner's, asks for minAvailable 2) and ``roll-3`` (empty): a
   rolling update of ``roll-1`` and ``roll-2`` to MPS R=4, max unavailable 1, which succeeds;
-- exclusive ``back-1``, ``back-2`` (one exclusive replica each) and ``spare-1``, ``spare-2``
-  (empty): a rolling update of ``back-1`` and ``back-2`` to MIG 2 x 3g.40gb with
+- exclusive ``back-1`` (empty), ``back-2`` (one exclusive replica) and ``spare`` (empty): a
+  rolling update of ``back-1`` and ``back-2`` to MIG 2 x 3g.40gb with
   on_failure=rollback; once ``back-1`` succeeded, the MIG manager is made to fail on the next
   node (``inject_mig_failure``, in the cluster's state file, which the worker reads): ``back-2``
   fails and is restored, and the rollout rolls ``back-1`` back to exclusive (the rollback path);
@@ -99,7 +99,7 @@ BASE_SEED = int(os.environ.get("GPUPLANE_CRASH_SEED", "0"))
 DISRUPTION_BUDGET = "2"
 LAYOUT: dict[str, NodeConfig] = {
     "roll-1": MPS_2, "roll-2": MPS_2, "roll-3": MPS_2,
-    "back-1": EXCLUSIVE, "back-2": EXCLUSIVE, "spare-1": EXCLUSIVE, "spare-2": EXCLUSIVE,
+    "back-1": EXCLUSIVE, "back-2": EXCLUSIVE, "spare": EXCLUSIVE,
     "cons-1": TIMESLICE_4, "cons-2": TIMESLICE_4,
 }
 SUCCEEDS, ROLLS_BACK = ("roll-1", "roll-2"), ("back-1", "back-2")
@@ -248,7 +248,7 @@ def seeded_cluster(state_path: str) -> SimulatedCluster:
             LABEL_DEVICE_PLUGIN_CONFIG: render_device_plugin_config(config)[0], LABEL_MIG_CONFIG: mig_config_name(config)})
     sync_inventory(settled)
     for name, sharing, nodes, replicas in (("svc-a", "mps", ["roll-1"], 1), ("svc-b", "mps", ["roll-2"], 1),
-                                           ("svc-x", "exclusive", ["back-1"], 1), ("svc-y", "exclusive", ["back-2"], 1),
+                                           ("svc-y", "exclusive", ["back-2"], 1),
                                            ("pair", "mps", ["roll-1", "roll-2"], 2),
                                            ("svc-p", "timeslice", ["cons-1"], 1), ("svc-q", "timeslice", ["cons-2"], 1)):
         services.deploy(DeploySpec(name=name, model="m", memory_gb=8, sharing=sharing, replicas=replicas,
