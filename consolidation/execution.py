@@ -80,11 +80,20 @@ def _save(plan: ConsolidationPlan) -> None:
 
 def _ask_for_moves(plan: ConsolidationPlan) -> dict[str, dict[str, Any]]:
     """Ask the mover for each plan move not asked for yet (safe to repeat: asking twice is one move).
-    A replica gone or moved by another operation meanwhile is a failed entry: nothing moved."""
+    A replica gone or moved by another operation meanwhile is a failed entry: nothing moved.
+
+    A move this plan asked for before is adopted whatever its status: a tick that died between
+    asking and saving the progress left it unnoted, and the mover may have ended it since (its
+    original then gone: asking again would report "nothing moved" for a replica that moved)."""
     entries: dict[str, dict[str, Any]] = plan.progress.setdefault("moves", {})
+    # The newest move per original (dict keeps the last of the ascending order).
+    asked = dict(Move.objects.filter(requester=requester_of(plan)).order_by("pk").values_list("original_id", "pk"))
     for number, wanted in enumerate(plan.moves):
         entry = entries.setdefault(str(number), {})
         if "move" in entry or entry.get("state") in ("done", "failed"):
+            continue
+        if wanted["placement"] in asked:
+            entry["move"] = asked[wanted["placement"]]
             continue
         original = Placement.objects.select_related("deployment", "node").filter(pk=wanted["placement"]).first()
         if original is None:

@@ -79,7 +79,6 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "gpuplane.urls"
 WSGI_APPLICATION = "gpuplane.wsgi.application"
-
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
@@ -149,8 +148,9 @@ INSTALLED_APPS.append("drf_spectacular_sidecar")
 
 # --- Cluster ------------------------------------------------------------------------------
 GPUPLANE_CLUSTER = env_choice("GPUPLANE_CLUSTER", "simulated", ("simulated", "kubernetes"))
-# The simulated cluster keeps its state in this file so web, worker and beat see one cluster.
+# The simulated cluster's state file (so web, worker and beat see one cluster) and delays over its defaults.
 GPUPLANE_SIMULATED_STATE = env_str("GPUPLANE_SIMULATED_STATE", str(VAR_DIR / "simulated-cluster.json"))
+GPUPLANE_SIMULATED_DELAYS: dict[str, float] = {}  # pod_ready_delay_s, mig_reconfigure_s, plugin_restart_s
 # kubeconfig path for GPUPLANE_CLUSTER=kubernetes outside a cluster; empty = in-cluster, then default.
 GPUPLANE_KUBECONFIG = env_str("GPUPLANE_KUBECONFIG", "")
 # Where the NVIDIA device plugin DaemonSet runs (the GPU operator's namespace by default).

@@ -277,6 +277,11 @@ def _verify(step: RolloutNode, rollout: RollingUpdate, cluster: ClusterBackend) 
     target = _target(step, rollout)
     sync_inventory(cluster)
     node = _cluster_node(cluster, step.node_name)
+    switched = node_labels(target, mig_capable=node.labels.get(LABEL_MIG_CAPABLE) == "true")
+    if any(node.labels.get(key) != value for key, value in switched.items()):
+        # No proof can come: a restore that a crash cut short put the labels back (or a hand edit
+        # changed them). Failing now finishes the restore, instead of a cordon until the timeout.
+        raise StepFailed(f"its config labels are no longer those of {target.describe()}")
     if target.mode == SharingMode.MIG or LABEL_MIG_CONFIG_STATE in node.labels:
         state = node.labels.get(LABEL_MIG_CONFIG_STATE)
         if state == MIG_STATE_FAILED:

@@ -13,7 +13,9 @@ def get_cluster() -> ClusterBackend:
     """The backend named by settings.GPUPLANE_CLUSTER.
 
     "kubernetes" -> `KubernetesCluster.from_settings()`; anything else -> the simulated cluster
-    on the state file settings.GPUPLANE_SIMULATED_STATE. A new backend object on every call.
+    on the state file settings.GPUPLANE_SIMULATED_STATE, with settings.GPUPLANE_SIMULATED_DELAYS
+    over its default delays (pods ready, MIG manager, device plugin restart). A new backend object
+    on every call.
     """
     from django.conf import settings
 
@@ -25,4 +27,4 @@ def get_cluster() -> ClusterBackend:
         return KubernetesCluster.from_settings()
     from nodes.cluster.sim import SimulatedCluster
 
-    return SimulatedCluster(settings.GPUPLANE_SIMULATED_STATE)
+    return SimulatedCluster(settings.GPUPLANE_SIMULATED_STATE, **settings.GPUPLANE_SIMULATED_DELAYS)

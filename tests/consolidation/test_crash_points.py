@@ -9,14 +9,18 @@ index, as rollouts' pre-warming does, instead of waiting on it or failing the mo
 """
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
+from consolidation import execution
 from consolidation.analysis import analyse
 from consolidation.approval import approve
 from consolidation.models import ConsolidationPlan
 from scheduler.choices import PlacementStatus
 from scheduler.models import Move, Placement
 from scheduler.services import placing
+from scheduler.services.moving import advance_moves
 from scheduler.services.placing import release_replica
 from tests.consolidation.ticks import execute_tick
 from tests.rollouts.simulated import mps_cluster, ready_replicas
@@ -101,3 +105,38 @@ def test_a_move_whose_persisted_index_was_spent_meanwhile_takes_a_fresh_one(monk
     plan = run_to_the_end(cluster, clock, plan)
 
     assert_moved_under_a_fresh_index(cluster, plan, orphan)
+
+
+def test_a_move_asked_for_by_a_tick_that_died_before_noting_it_is_the_plans_when_it_ends(monkeypatch):
+    """The executor asks the mover for a move (committed), then dies before it writes the move's id
+    into the plan's progress. If the mover carries the move out before the executor's next tick,
+    asking again finds no move in flight and an original already gone: the plan must still read
+    that move as its own (done), not report "nothing moved" for a replica that did move."""
+    clock = FakeClock()
+    cluster = mps_cluster(clock, node_count=3, deployments=2)
+    plan = analyse()
+    assert plan is not None and len(plan.moves) == 1
+    approve(plan, actor="test")
+
+    def die(plan):
+        raise WorkerKilled("worker killed after the move was asked for")
+
+    monkeypatch.setattr(execution, "_save", die)
+    with pytest.raises(WorkerKilled):
+        execution.advance_plans(now=datetime.fromtimestamp(clock.now, UTC))  # approved -> executing, the move asked for
+    monkeypatch.undo()
+    plan.refresh_from_db()
+    assert plan.status == "executing" and plan.progress["moves"] == {}, "the tick died before noting its move"
+    [move] = Move.objects.all()
+    for _ in range(10):  # the mover alone (the executor's ticks were lost with its worker)
+        advance_moves(cluster=cluster, now=datetime.fromtimestamp(clock.now, UTC))
+        clock.advance(1)
+    move.refresh_from_db()
+    assert move.status == "done"
+
+    plan = run_to_the_end(cluster, clock, plan)
+
+    assert plan.status == "executed" and "1 of 1 move(s) done" in plan.reason, plan.reason
+    assert plan.progress["moves"]["0"]["move"] == move.pk and plan.progress["moves"]["0"]["state"] == "done"
+    assert Move.objects.count() == 1
+    check_invariants()

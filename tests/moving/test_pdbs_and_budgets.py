@@ -8,7 +8,10 @@ import pytest
 from lifecycle.models import AuditEvent
 from nodes.cluster.base import ClusterPDB
 from nodes.contract import LABEL_DEPLOYMENT
+from nodes.inventory.sync import sync_inventory
+from scheduler import services
 from scheduler.models import Deployment, Move, Placement
+from scheduler.services import DeploySpec
 from scheduler.services.moving import request_move
 from scheduler.services.own_pdbs import sync_pdbs
 from tests.moving.helpers import ACTIVE, assert_no_leak, run_until_settled, tick
@@ -144,3 +147,27 @@ def test_deployments_with_several_replicas_get_their_own_pdb(spread):
     assert sync_pdbs(cluster) == {"applied": 0, "deleted": 1}
     assert cluster.list_pdbs() == []
     assert Move.objects.count() == 0
+
+
+def test_a_deployment_with_a_pdb_of_its_owners_gets_none_of_gpuplanes_and_its_replicas_still_move(spread):
+    """The Eviction API refuses every eviction of a pod two budgets select (as the API server
+    does): gpuplane's own PDB beside the owner's made each move of that deployment wait forever."""
+    clock, cluster = spread
+    pair = services.deploy(DeploySpec(name="pair", model="m", memory_gb=8, sharing="mps", share_percent=25,
+                                      replicas=2), cluster=cluster, nodes=["gpu-1", "gpu-2"])
+    clock.advance(3)
+    sync_inventory(cluster)
+    ours = f"gpuplane-deployment-{pair.pk}"
+    assert sync_pdbs(cluster) == {"applied": 1, "deleted": 0}
+    cluster.add_pdb(pair.namespace, "pair-budget", {LABEL_DEPLOYMENT: str(pair.pk)}, min_available=2)
+
+    assert sync_pdbs(cluster) == {"applied": 0, "deleted": 1}  # the owner's budget governs its pods
+    assert [pdb.name for pdb in cluster.list_pdbs()] == ["pair-budget"]
+    assert sync_pdbs(cluster) == {"applied": 0, "deleted": 0}
+    original = Placement.objects.filter(deployment=pair, status__in=ACTIVE).order_by("replica_index").first()
+    request_move(original, why="t", requested_by="user", requester="test:1", to_node="gpu-4")
+    [move] = run_until_settled(cluster, clock)
+    # Replacement first: three ready while the original goes, so minAvailable 2 lets it go.
+    assert move.status == "done", (move.status, move.reason, move.blocked_reason)
+    assert ours not in {pdb.name for pdb in cluster.list_pdbs()}
+    assert_no_leak()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterError
 from nodes.cluster.sim import SimulatedCluster
 from tests.nodes.cluster_sim.helpers import A100_80, node, stored, workload
@@ -129,3 +130,18 @@ def test_changes_of_a_block_that_raised_are_not_kept_in_memory(state_path):
             raise RuntimeError("the block failed")
 
     assert "half-done" not in node(cluster, "gpu-1").labels
+
+
+def test_the_backend_the_processes_build_takes_its_delays_from_settings(settings, state_path):
+    """get_cluster() (every web, worker and beat process) on the state file, with
+    GPUPLANE_SIMULATED_DELAYS over the simulator's defaults (the crash-safety test's processes
+    shorten them; a setting left out keeps its default)."""
+    settings.GPUPLANE_CLUSTER = "simulated"
+    settings.GPUPLANE_SIMULATED_STATE = str(state_path)
+    settings.GPUPLANE_SIMULATED_DELAYS = {"pod_ready_delay_s": 0.3, "plugin_restart_s": 0.1}
+
+    cluster = get_cluster()
+
+    assert isinstance(cluster, SimulatedCluster) and cluster.state_file.path == state_path
+    assert (cluster.pod_ready_delay_s, cluster.plugin_restart_s) == (0.3, 0.1)
+    assert cluster.mig_reconfigure_s == SimulatedCluster(state_path).mig_reconfigure_s
