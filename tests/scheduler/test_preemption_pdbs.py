@@ -151,3 +151,43 @@ def test_preemption_through_the_mover_never_breaks_a_pdb(case):
         check_invariants()
         assert Placement.objects.filter(deployment__name="request", status__in=ACTIVE).exists() or not done
         transaction.set_rollback(True)
+
+
+def pair_under(budget: dict) -> tuple[WatchedCluster, list[dict]]:
+    """gpu-1: two replicas of a low deployment under ``budget``; gpu-2: a medium one; preemption on."""
+    occupants = [{"priority": "low", "node": "gpu-1", "gpus": 1, "replicas": 2, "budget": budget, "marked": ""},
+                 {"priority": "medium", "node": "gpu-2", "gpus": 2, "replicas": 1, "budget": None, "marked": ""}]
+    cluster = build(occupants, FakeClock())
+    AdmissionSettings.objects.update_or_create(pk=1, defaults={"preemption_enabled": True, "preemption_delay_s": 0})
+    return cluster, occupants
+
+
+def request(cluster: WatchedCluster) -> None:
+    services.deploy(DeploySpec(name="request", namespace="ml", model="m", memory_gb=40, gpu_count=2, priority="medium",
+                               sharing="exclusive", allow_default_scheduler=False), cluster=cluster)
+
+
+def test_victims_that_together_would_break_their_pdb_stop_the_preemption_before_anything_is_touched():
+    cluster, _ = pair_under({"max_unavailable": 1})
+    with pytest.raises(NoCapacity) as refused:
+        request(cluster)
+    why = refused.value.body()["preemption"]["why_not"]
+    assert why == "evicting 2 of its pods at once would break PDB ml/pdb-0 (maxUnavailable 1, 2 of 2 ready: 1 may move)"
+    assert "but it stopped: evicting 2 of its pods" in refused.value.message
+    assert not Move.objects.exists() and cluster.violations == []
+    assert Placement.objects.filter(deployment__name="occ-0", status__in=ACTIVE).count() == 2
+    assert not [e for e in cluster.events() if e.get("reason") == "Evicted"]
+
+
+def test_a_preemption_the_budgets_allow_evicts_each_victim_through_the_eviction_api_as_a_removal():
+    cluster, _ = pair_under({"max_unavailable": 2})
+    request(cluster)
+    removals = list(Move.objects.order_by("pk"))
+    assert [(m.kind, m.requested_by, m.requester, m.status) for m in removals] == [
+        ("removal", "preemption", "preemption:ml/request", "done")] * 2
+    evicted = {e["name"] for e in cluster.events() if e.get("reason") == "Evicted"}
+    assert {m.evicted_pod for m in removals} == evicted and len(evicted) == 2
+    assert Placement.objects.get(deployment__name="request", status__in=ACTIVE).node.name == "gpu-1"
+    assert not Placement.objects.filter(deployment__name="occ-0", status__in=ACTIVE).exists()
+    assert cluster.violations == []
+    check_invariants()
