@@ -6,6 +6,7 @@ leaks nor removes twice: active placements = replicas once the moves end."""
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 
 from lifecycle.errors import Conflict
 from lifecycle.models import AuditEvent
@@ -183,3 +184,23 @@ def test_a_replica_being_moved_is_never_a_scale_down_victim_and_is_not_removed_t
     deployment.refresh_from_db()
     assert active(deployment) == deployment.replicas == 1
     assert_no_leak()
+
+
+def test_removals_are_listed_beside_moves_on_the_api_and_the_disruptions_page(three, viewer_api, viewer):
+    clock, cluster, deployment = three
+    first = Placement.objects.filter(deployment=deployment, status__in=ACTIVE).order_by("pk").first()
+    move = request_move(first, why="frees a node", requested_by="user", requester="user:1")
+    scale_deployment(deployment, 2, user="otto")
+    [removal] = removals(deployment)
+    body = viewer_api.get("/api/v1/moves/?kind=removal").json()
+    assert [(row["id"], row["kind"], row["requested_by"], row["to_node"]) for row in body["results"]] == [
+        (removal.pk, "removal", "scale-down", "")]
+    assert [row["kind"] for row in viewer_api.get("/api/v1/moves/?kind=move").json()["results"]] == ["move"]
+    assert viewer_api.get("/api/v1/moves/?kind=teleport").status_code == 400
+    client = Client()
+    client.force_login(viewer)
+    html = client.get("/disruptions/").content.decode()
+    row = html.split(f'id="move-{removal.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert 'data-move="kind">Removal<' in row and "none (removed)" in row and "Scale-down" in row
+    other = html.split(f'id="move-{move.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert 'data-move="kind">Move<' in other

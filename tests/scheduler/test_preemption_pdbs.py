@@ -11,9 +11,10 @@ an eviction, every removal the preemption asked for ended (none left in flight),
 evicted or none (a preemption that stops touches nothing), never a victim of the request's
 priority or above, never a do-not-disrupt one, capacity accounting sound.
 
-Examples: ``examples(40)`` by default (about a quarter of a second each); the issue's 1,000 are
-``GPUPLANE_TEST_EXAMPLES_SCALE=25`` (``tests.examples``). The planner alone is checked over 1,000
-scenarios by default in ``tests/scheduler/core/test_preemption.py``.
+Examples: ``examples(40)`` by default (about a third of a second each); the issue's 1,000 are
+``GPUPLANE_TEST_EXAMPLES_SCALE=25`` (``tests.examples``; 1,000 passing in 331 s on SQLite, load
+average 8 on 2 cores). The planner alone is checked over 1,000 scenarios by default in
+``tests/scheduler/core/test_preemption.py``.
 """
 from __future__ import annotations
 
