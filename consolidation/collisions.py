@@ -10,8 +10,9 @@ a replacement, and one was never given back). So:
 - approving a plan that collides with an approved or executing one is refused (409, the reason);
 - the executor aborts, untouched, an approved plan that collides with one executing (the check
   that holds whatever raced: the executor's ticks never overlap);
-- moves in flight that another operation asked for (a rollout's, ``scheduler.models.Move``)
-  count too: a plan touching their replicas or nodes is refused and aborted the same way.
+- moves in flight that any other operation asked for (a rollout's, another plan's, a scale-down's
+  or a preemption's removal: ``scheduler.models.Move`` of either kind) count too: a plan touching
+  their replicas or nodes is refused (409, the reason naming the move) and aborted the same way.
 
 ``plan_lock`` makes the read-check-write of an analysis or an approval take turns on PostgreSQL.
 """
@@ -24,7 +25,7 @@ from django.db.models import Q
 from consolidation.choices import IN_FLIGHT_STATUSES
 from consolidation.models import ConsolidationPlan
 from lifecycle.locks import transaction_lock
-from scheduler.choices import MOVE_IN_FLIGHT, MoveRequester
+from scheduler.choices import MOVE_IN_FLIGHT
 from scheduler.models import Move
 
 PLANS_LOCK = "gpuplane:consolidation:plans"
@@ -60,22 +61,26 @@ def requester_of(plan: ConsolidationPlan) -> str:
     return f"consolidationplan:{plan.pk}"
 
 
-def moves_in_the_way(plan: ConsolidationPlan) -> list[str]:
-    """Moves in flight, asked for by another kind of operation (a rollout: other plans' moves are
-    their plans' collisions), of the plan's replicas or off or onto its nodes."""
+def moves_in_the_way(plan: ConsolidationPlan, said: Iterable[ConsolidationPlan] = ()) -> list[str]:
+    """Moves and removals in flight, asked for by any operation but this plan (and the plans
+    ``said`` already), of the plan's replicas (or their replacements) or off or onto its nodes."""
     nodes = nodes_of(plan)
-    moves = (Move.objects.filter(status__in=MOVE_IN_FLIGHT).exclude(requested_by=MoveRequester.CONSOLIDATION)
-             .filter(Q(original_id__in=placements_of(plan)) | Q(from_node__in=nodes) | Q(to_node__in=nodes))
+    replicas = placements_of(plan)
+    mine = [requester_of(p) for p in (plan, *said)]
+    moves = (Move.objects.filter(status__in=MOVE_IN_FLIGHT).exclude(requester__in=mine)
+             .filter(Q(original_id__in=replicas) | Q(replacement_id__in=replicas) | Q(from_node__in=nodes)
+                     | Q(to_node__in=nodes))
              .select_related("deployment").order_by("pk"))
-    return [f"move {m.pk} ({m.requester}, {m.get_status_display().lower()}) of {m.deployment} off {m.from_node} "
-            "is in flight on the same replica or nodes" for m in moves]
+    return [f"{m.kind} {m.pk} ({m.requester}, {m.get_status_display().lower()}) of {m.deployment} off "
+            f"{m.from_node or 'its node'} is in flight on the same replica or nodes" for m in moves]
 
 
 def collisions(plan: ConsolidationPlan, statuses: Iterable[str] = IN_FLIGHT_STATUSES) -> list[str]:
     """How ``plan`` collides with every other plan in ``statuses`` (oldest first), then with the moves
     other operations have in flight; [] when it collides with none."""
     others = ConsolidationPlan.objects.filter(status__in=list(statuses)).exclude(pk=plan.pk).order_by("pk")
-    return [found for other in others if (found := collision(plan, other))] + moves_in_the_way(plan)
+    found = [(other, how) for other in others if (how := collision(plan, other))]
+    return [how for _, how in found] + moves_in_the_way(plan, [other for other, _ in found])
 
 
 def claimed_nodes() -> set[str]:

@@ -54,6 +54,13 @@ class MoveRequester(LabelledStrEnum):
     USER = "user", "User"
 
 
+class MoveKind(LabelledStrEnum):
+    """A move places a replacement before it evicts; a removal only evicts (scale-down, preemption)."""
+
+    MOVE = "move", "Move"
+    REMOVAL = "removal", "Removal"
+
+
 MOVE_FINAL = (MoveStatus.DONE, MoveStatus.FAILED, MoveStatus.ROLLED_BACK)
 # Moves that hold a replacement or are evicting: the disruptions in flight the budgets count.
 MOVE_DISRUPTING = (MoveStatus.REPLACEMENT_PLACED, MoveStatus.REPLACEMENT_READY, MoveStatus.ORIGINAL_EVICTING)
@@ -64,7 +71,7 @@ M = MoveStatus
 MOVE_FROM: dict[str, tuple[str, ...]] = {
     M.REPLACEMENT_PLACED: (M.PLANNED,),
     M.REPLACEMENT_READY: (M.REPLACEMENT_PLACED,),
-    M.ORIGINAL_EVICTING: (M.REPLACEMENT_READY,),
+    M.ORIGINAL_EVICTING: (M.REPLACEMENT_READY, M.PLANNED),  # from planned: a removal (no replacement)
     M.DONE: (M.ORIGINAL_EVICTING,),
     # Failed: the move went wrong after the original was evicted (the workload did not come back),
     # or before (nothing to roll back to). Rolled back: given up with the original still serving.

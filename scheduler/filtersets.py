@@ -5,7 +5,7 @@ import django_filters
 from django.db.models import QuerySet
 
 from nodes.filtersets import MAX_COLUMN_INT, IntegerFilter, MultiValueCharFilter, StrictBooleanFilter
-from scheduler.choices import MOVE_IN_FLIGHT, DeploymentStatus, MoveRequester, MoveStatus
+from scheduler.choices import MOVE_IN_FLIGHT, DeploymentStatus, MoveKind, MoveRequester, MoveStatus
 from scheduler.models import Deployment, Move
 
 
@@ -39,11 +39,12 @@ class InFlightFilter(StrictBooleanFilter):
 
 
 class MoveFilterSet(django_filters.FilterSet):
-    """The moves' one FilterSet (the Disruptions page and `/api/v1/moves/`): `?status=` and
-    `?requested_by=` (repeatable; an unknown value is a 400 / a form error), `?deployment=` (its id),
+    """The moves' one FilterSet (the Disruptions page and `/api/v1/moves/`): `?status=`, `?kind=`
+    (move or removal) and `?requested_by=` (repeatable; an unknown value is a 400 / a form error), `?deployment=` (its id),
     `?in_flight=true|false` and `?lost=true|false`."""
 
     status = django_filters.MultipleChoiceFilter(choices=MoveStatus.choices(), label="Status")
+    kind = django_filters.MultipleChoiceFilter(choices=MoveKind.choices(), label="Kind")
     requested_by = django_filters.MultipleChoiceFilter(choices=MoveRequester.choices(), label="Asked by")
     deployment = IntegerFilter(field_name="deployment_id", label="Deployment id", min_value=1, max_value=MAX_COLUMN_INT)
     in_flight = InFlightFilter(label="In flight")
@@ -51,5 +52,5 @@ class MoveFilterSet(django_filters.FilterSet):
 
     class Meta:
         model = Move
-        fields = ["status", "requested_by", "deployment", "in_flight", "lost"]
+        fields = ["status", "kind", "requested_by", "deployment", "in_flight", "lost"]
 

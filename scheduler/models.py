@@ -21,6 +21,7 @@ from scheduler.choices import (
     MOVE_FROM,
     DecisionOutcome,
     DeploymentStatus,
+    MoveKind,
     MoveRequester,
     MoveStatus,
     PlacementStatus,
@@ -231,12 +232,15 @@ class Move(models.Model):
 
     Rollouts, consolidation (and preemption, scale-down) create moves and read their outcomes;
     ``scheduler.services.moving`` alone advances them (``MOVE_STATES``: planned -> replacement_placed
-    -> replacement_ready -> original_evicting -> done, or failed / rolled_back). ``to_node`` empty:
+    -> replacement_ready -> original_evicting -> done, or failed / rolled_back; a removal, ``kind``
+    removal, goes planned -> original_evicting -> done: scale-down, preemption). ``to_node`` empty:
     anywhere the placement engine chooses. ``requester`` names the operation that asked
     ("consolidationplan:4", "rolloutnode:7"), so it finds its moves again.
     """
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="moves")
+    kind = models.CharField(max_length=8, choices=MoveKind.choices, default=MoveKind.MOVE,
+                            help_text="move: replacement first; removal: evicted with no replacement")
     original = models.ForeignKey(Placement, on_delete=models.CASCADE, related_name="moves_away")
     replacement = models.ForeignKey(Placement, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     replacement_index = models.PositiveSmallIntegerField(

@@ -97,7 +97,7 @@ def refresh_workload_mix_task() -> dict[str, int]:
     return {"typical_pods": len(mix.typical_pods), "patterns": len(mix.patterns), "placements": mix.placements}
 
 
-MOVES_LOCK_KEY = "gpuplane:moves:advance:lock"
+MOVES_LOCK_KEY = moving.MOVER_LOCK  # preemption advances its removals under it too
 MOVES_TIME_LIMIT_S = 150
 
 

@@ -1,5 +1,6 @@
-"""`/api/v1/moves/`: every move of a replica, in flight and past (read-only, every role): who asked
-and why, where from and to, the PodDisruptionBudget or budget holding one back, its timings."""
+"""`/api/v1/moves/`: every move of a replica, in flight and past (read-only, every role), and every
+removal (``kind`` removal: a scale-down's or a preemption's, evicted with no replacement): who
+asked and why, where from and to, the PodDisruptionBudget or budget holding one back, its timings."""
 from __future__ import annotations
 
 from django.db.models import QuerySet
@@ -24,7 +25,7 @@ class MoveSerializer(serializers.ModelSerializer):
     class Meta:
         model = Move
         fields = [
-            "id", "deployment", "deployment_name", "original", "replacement", "replacement_index", "from_node",
+            "id", "kind", "deployment", "deployment_name", "original", "replacement", "replacement_index", "from_node",
             "from_partition", "to_node", "to_partition", "why", "requested_by", "requester", "status", "reason",
             "blocked_reason", "hold", "evicted_pod", "lost", "timeout_s", "created_at", "started_at", "placed_at",
             "ready_at", "evicted_at", "finished_at", "updated_at",
@@ -36,7 +37,7 @@ class MoveViewSet(StrictQueryParametersMixin, ReadOnlyModelViewSet):
     serializer_class = MoveSerializer
     filterset_class = MoveFilterSet
     lookup_value_regex = r"[0-9]+"
-    ordering_fields = ["created_at", "status", "requested_by", "finished_at"]
+    ordering_fields = ["created_at", "status", "kind", "requested_by", "finished_at"]
     ordering = ["-created_at", "-id"]
 
     def get_queryset(self) -> QuerySet[Move]:

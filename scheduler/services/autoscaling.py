@@ -7,11 +7,16 @@ reservations, its workload), so a cluster that fits three of five new replicas g
 (a replica not ready yet, then the most expensive per request served, then the newest), through
 ``remove_replica``.
 
-Scale-down and the mover (docs/design.md section 5a): every removed replica must go through the
-mover (issue 18). Until the mover is on main, ``remove_replica`` is the single place a scale-down
-removes a replica; it releases it with ``release_replica`` (the workload scaled down, its pod
-removed, its partitions released). Switching to the mover means changing that one function to
-create a move (replica, from, to none, why "scale-down", who asked) and return.
+Scale-down and the mover (docs/design.md section 5a): ``remove_replica`` asks the mover for a
+removal (``moving.request_removal``: the pod evicted through the Eviction API under the PDBs and
+disruption budgets, then its placement released). The target (``replicas``) drops at once; the
+replicas leave as the mover gets to them. Counts are of what will serve once the moves in flight
+end (``serving_count``), so a replica already on its way out is never removed twice, and a
+scale-up first takes back removals not started yet (cheaper than placing anew). Two scale
+requests of one deployment (a PATCH and the autoscaler's tick) take turns (``SCALE_LOCK``): the
+second is refused with a 409 (the autoscaler tries again next round). The stored ``replicas`` is
+then written as the serving count, under the deployment's row, which the mover also takes when
+a removal is given up (its replica counts again): active placements = replicas once moves end.
 
 ``evaluate`` runs a deployment's policy on one monitoring sample (``monitoring.sample_for``) and
 applies what it decides; every evaluation that changes something, and one per
@@ -26,13 +31,15 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from lifecycle.audit import record
 from lifecycle.errors import Conflict, InvalidRequest
+from lifecycle.locks import tick_lock
 from nodes.cluster.base import ClusterBackend, ClusterError
 from nodes.gpu_costs import gpu_prices
-from scheduler.choices import PlacementStatus
+from scheduler.choices import MOVE_IN_FLIGHT, MoveKind, MoveRequester, MoveStatus, PlacementStatus
 from scheduler.core.autoscale import (
     DEFAULT_POLICY,
     DOWN,
@@ -47,18 +54,21 @@ from scheduler.core.autoscale import (
     decide,
 )
 from scheduler.core.autoscale_hpa import hpa_manifest
-from scheduler.models import Deployment, Placement, ScalingEvent
+from scheduler.models import Deployment, Move, Placement, ScalingEvent
 from scheduler.services import feedback, monitoring
 from scheduler.services.errors import NoCapacity
 from scheduler.services.monitoring import measured_cold_start_s, predicted_capacity
+from scheduler.services.moving import cancel_move, request_removal
 from scheduler.services.placing import next_replica_index, place_replicas
-from scheduler.services.releasing import ACTIVE_PLACEMENT, release_replica
+from scheduler.services.releasing import ACTIVE_PLACEMENT
 from scheduler.services.scaling_config import autoscale_settings, validate_autoscale
 from scheduler.services.watching import ACTIVE
 
 logger = logging.getLogger(__name__)
 
 MANUAL = "manual"
+SCALE_LOCK = "gpuplane:scale:deployment:{pk}"
+SCALE_LOCK_TTL_S = 300  # where it is a cache entry (not PostgreSQL): longer than any scale runs
 
 
 def active_placements(deployment: Deployment) -> list[Placement]:
@@ -66,15 +76,41 @@ def active_placements(deployment: Deployment) -> list[Placement]:
                 .order_by("replica_index"))
 
 
-def remove_replica(deployment: Deployment, placement: Placement, *, user: Any, reason: str,
-                   cluster: ClusterBackend | None) -> bool:
-    """Remove one replica for a scale-down. THE switch to the mover (issue 18): today a release
-    (workload scaled down, pod removed, partitions freed); with the mover, a move to "none"."""
-    return release_replica(deployment, placement.replica_index, user=user, reason=reason, cluster=cluster)
+def serving_count(deployment: Deployment) -> int:
+    """How many replicas ``deployment`` will have once the moves in flight end: its active placements
+    but the originals of removals, and of moves whose replacement is active (one query, one snapshot)."""
+    leaving = Move.objects.filter(original=OuterRef("pk"), status__in=MOVE_IN_FLIGHT).filter(
+        Q(kind=MoveKind.REMOVAL) | Q(replacement__status__in=ACTIVE_PLACEMENT))
+    return Placement.objects.filter(deployment_id=deployment.pk, status__in=ACTIVE_PLACEMENT).exclude(
+        Exists(leaving)).count()
+
+
+def remove_replica(deployment: Deployment, placement: Placement, *, user: Any, reason: str) -> Move:
+    """Ask the mover to remove one replica for a scale-down (a removal; Conflict when it cannot)."""
+    return request_removal(placement, why=reason, requested_by=MoveRequester.SCALE_DOWN,
+                           requester=f"scale-down:{deployment.pk}", actor=user)
+
+
+def _in_moves(deployment: Deployment) -> set[int]:
+    """Placements of ``deployment`` that a move in flight takes away or brings: never a victim."""
+    moves = Move.objects.filter(deployment_id=deployment.pk, status__in=MOVE_IN_FLIGHT)
+    return {pk for pair in moves.values_list("original_id", "replacement_id") for pk in pair if pk is not None}
+
+
+def _take_back_removals(deployment: Deployment, count: int, cluster: ClusterBackend | None) -> int:
+    """Give up to ``count`` of the deployment's scale-down removals not started yet (the newest
+    first): each replica serves on and counts again. How many."""
+    taken = 0
+    pending = Move.objects.filter(deployment_id=deployment.pk, kind=MoveKind.REMOVAL, status=MoveStatus.PLANNED,
+                                  requested_by=MoveRequester.SCALE_DOWN).select_related("deployment")
+    for removal in pending.order_by("-pk")[:count]:
+        taken += cancel_move(removal, reason="scaled up again before it was evicted", cluster=cluster)
+    return taken
 
 
 def _victims(deployment: Deployment, count: int) -> list[Placement]:
-    placements = active_placements(deployment)
+    busy = _in_moves(deployment)
+    placements = [p for p in active_placements(deployment) if p.pk not in busy]
     prices = gpu_prices()
     chosen: list[Placement] = []
     for _ in range(min(count, len(placements))):
@@ -100,21 +136,31 @@ def scale_deployment(deployment: Deployment, replicas: int, *, user: Any = None,
     """Bring ``deployment`` to ``replicas`` replicas; returns the stored ``ScalingEvent``.
 
     Raises ``InvalidRequest`` (400) for a count outside 1..``DEPLOYMENT_MAX_REPLICAS`` and
-    ``Conflict`` (409) for a deployment that is not active. Capacity or cluster failures part-way
-    are not raised: the event says how far it got (partial / failed) and why."""
+    ``Conflict`` (409) for a deployment that is not active or is being scaled by another request
+    now. Capacity or cluster failures part-way are not raised: the event says how far it got
+    (partial / failed) and why. A scale-down's replicas leave through the mover, later."""
     maximum = settings.DEPLOYMENT_MAX_REPLICAS
     if not isinstance(replicas, int) or isinstance(replicas, bool) or not 1 <= replicas <= maximum:
         raise InvalidRequest({"replicas": [f"must be a whole number from 1 to {maximum}"]})
+    with tick_lock(SCALE_LOCK.format(pk=deployment.pk), ttl_s=SCALE_LOCK_TTL_S) as acquired:
+        if not acquired:
+            raise Conflict(f"{deployment} is being scaled by another request right now; try again in a moment")
+        return _scale(deployment, replicas, user=user, policy=policy, decision=decision, inputs=inputs,
+                      cluster=cluster, at=at)
+
+
+def _scale(deployment: Deployment, replicas: int, *, user: Any, policy: str, decision: Decision | None,
+           inputs: dict[str, Any] | None, cluster: ClusterBackend | None, at: datetime | None) -> ScalingEvent:
     deployment.refresh_from_db()
     if deployment.status not in ACTIVE:
         raise Conflict(f"{deployment} is {deployment.status}: only an active deployment can be scaled")
     when = at or timezone.now()
-    before = len(active_placements(deployment))
+    before = serving_count(deployment)
     who = user if policy == MANUAL else f"autoscaler ({policy})"
     messages: list[str] = []
-    reached = before
     if replicas > before:
-        for _ in range(replicas - before):
+        missing = replicas - before - _take_back_removals(deployment, replicas - before, cluster)
+        for _ in range(missing):
             try:
                 place_replicas(deployment, [next_replica_index(deployment)], user=who, cluster=cluster)
             except NoCapacity as error:
@@ -123,25 +169,27 @@ def scale_deployment(deployment: Deployment, replicas: int, *, user: Any = None,
             except ClusterError as error:
                 messages.append(str(error))
                 break
-            reached += 1
             deployment.refresh_from_db()
     elif replicas < before:
         reason = (decision.reason if decision is not None else "scaled by hand") + " (scale-down)"
-        for placement in _victims(deployment, before - replicas):
+        victims = _victims(deployment, before - replicas)
+        for placement in victims:
             try:
-                if remove_replica(deployment, placement, user=who, reason=reason, cluster=cluster):
-                    reached -= 1
-            except ClusterError as error:
+                remove_replica(deployment, placement, user=who, reason=reason)
+            except Conflict as error:  # taken by another operation meanwhile: it stays
                 messages.append(str(error))
-                break
-    if reached == replicas:
-        outcome = ScalingEvent.Outcome.APPLIED if replicas != before else ScalingEvent.Outcome.HELD
-    elif reached != before:
-        outcome = ScalingEvent.Outcome.PARTIAL
-    else:
-        outcome = ScalingEvent.Outcome.FAILED
+        if len(victims) < before - replicas:
+            messages.append(f"{before - len(victims)} replica(s) stay for now: the others are being moved")
     with transaction.atomic():
+        # Under the row the mover takes to give a removal up: the count and the write agree.
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        reached = serving_count(locked)
+        if reached == replicas:
+            outcome = ScalingEvent.Outcome.APPLIED if replicas != before else ScalingEvent.Outcome.HELD
+        elif reached != before:
+            outcome = ScalingEvent.Outcome.PARTIAL
+        else:
+            outcome = ScalingEvent.Outcome.FAILED
         previous = locked.replicas
         if reached != previous and reached >= 1:
             locked.replicas = reached
@@ -152,12 +200,13 @@ def scale_deployment(deployment: Deployment, replicas: int, *, user: Any = None,
             inputs=inputs or {}, decision=decision.to_dict() if decision is not None else
             {"policy": MANUAL, "action": action, "replicas": replicas, "current": before, "reason": "by hand"},
             outcome=outcome, message="; ".join(messages), actor="" if policy != MANUAL else _name(user))
-        if reached != before:
+        if reached != before or previous != locked.replicas:
             record("deployment.scaled", locked, actor=who,
                    reason=(decision.reason if decision is not None else "replicas changed by hand")
-                   + (f" ({outcome}: {'; '.join(messages)})" if messages else ""),
-                   before={"replicas": before}, after={"replicas": reached})
-    deployment.replicas = reached
+                   + (f" ({outcome}: {'; '.join(messages)})" if messages else "")
+                   + (" (the removed replicas leave through the mover)" if reached < before else ""),
+                   before={"replicas": previous}, after={"replicas": locked.replicas})
+    deployment.replicas = locked.replicas
     return event
 
 
@@ -171,7 +220,7 @@ def _name(user: Any) -> str:
 
 def load_state(deployment: Deployment) -> ScalingState:
     raw = dict(deployment.autoscale_state or {})
-    replicas = len(active_placements(deployment)) or deployment.replicas
+    replicas = serving_count(deployment) or deployment.replicas
     try:
         return ScalingState(
             replicas=replicas,

@@ -14,6 +14,14 @@ before it evicts the original; each returns "" when the move may go on, else why
   another within ``DISRUPTION_MIN_INTERVAL_S`` of its last eviction (the moves of one operation,
   say a node's drain, are one disruption; its PodDisruptionBudget still paces them).
 
+A removal (no replacement) is checked once, before it evicts (``evict_blocker``), against the
+stricter count of the two (every node with a move under way), since it disrupts at once. A
+scale-down's removal neither waits on the minimum interval nor counts towards it: the workload's
+owner (a PATCH, its autoscaler, whose own 300 s down window paces it) asked for one replica
+less, which is no disruption of the workload against its will; PodDisruptionBudgets, the
+do-not-disrupt mark and the concurrent budget hold it like any other. A preemption's removal is
+such a disruption: it waits, and counts, as a move does.
+
 PodDisruptionBudgets themselves are the API server's to enforce (an eviction answers 429);
 ``pdb_reason`` says which budget answered so, for the move's blocked reason.
 """
@@ -28,7 +36,7 @@ from nodes.cluster.base import ClusterBackend, ClusterError, ClusterPod
 from nodes.cluster.disruption import budget_of, node_do_not_disrupt, pod_do_not_disrupt, selects
 from nodes.contract import LABEL_APP_NAME
 from nodes.models import Node
-from scheduler.choices import MOVE_DISRUPTING, MOVE_IN_FLIGHT, MoveStatus
+from scheduler.choices import MOVE_DISRUPTING, MOVE_IN_FLIGHT, MoveKind, MoveRequester, MoveStatus
 from scheduler.models import Move
 
 
@@ -42,9 +50,11 @@ def concurrent_budget() -> int:
 
 
 def original_pods(move: Move, pods: list[ClusterPod]) -> list[ClusterPod]:
-    """The pods of the original's workload on the node it leaves (any of them is the replica)."""
+    """The pods of the original's workload on the node it leaves (any of them is the replica); on
+    any node for a removal of a replica handed to the default scheduler (no node of gpuplane's)."""
     workload = move.original.workload_name
-    return [p for p in pods if p.namespace == move.deployment.namespace and p.node_name == move.from_node
+    return [p for p in pods if p.namespace == move.deployment.namespace
+            and (p.node_name == move.from_node or not move.from_node)
             and workload and p.labels.get(LABEL_APP_NAME) == workload]
 
 
@@ -72,8 +82,16 @@ def _concurrency(move: Move, *, evicting: bool) -> str:
             f"({settings.DISRUPTION_BUDGET} of GPU nodes); in flight: {', '.join(sorted(busy))}")
 
 
+def asked_for(move: Move) -> bool:
+    """A scale-down's removal: the workload's owner asked for it (no minimum interval either way)."""
+    return move.kind == MoveKind.REMOVAL and move.requested_by == MoveRequester.SCALE_DOWN
+
+
 def _interval(move: Move, now: datetime) -> str:
-    others = Move.objects.filter(deployment_id=move.deployment_id).exclude(requester=move.requester)
+    if asked_for(move):
+        return ""
+    others = (Move.objects.filter(deployment_id=move.deployment_id).exclude(requester=move.requester)
+              .exclude(kind=MoveKind.REMOVAL, requested_by=MoveRequester.SCALE_DOWN))
     busy = others.filter(status__in=MOVE_IN_FLIGHT).exclude(status="planned").first()
     if busy is not None:
         return f"{move.deployment} is being disrupted by {busy.requester} (move {busy.pk})"
@@ -92,7 +110,8 @@ def start_blocker(move: Move, cluster: ClusterBackend, now: datetime) -> str:
 
 def evict_blocker(move: Move, cluster: ClusterBackend, now: datetime) -> str:
     """Why ``move`` may not evict its original now ("" when it may). ClusterError propagates."""
-    return _do_not_disrupt(move, cluster) or _interval(move, now) or _concurrency(move, evicting=True)
+    removal = move.kind == MoveKind.REMOVAL  # it evicts at once: the stricter count
+    return _do_not_disrupt(move, cluster) or _interval(move, now) or _concurrency(move, evicting=not removal)
 
 
 def pdb_reason(pod: ClusterPod, cluster: ClusterBackend, answer: str) -> str:

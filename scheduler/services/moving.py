@@ -25,6 +25,13 @@ eviction releases its replacement and ends rolled_back (the original serves on);
 (from the first tick) the same. A move whose replacement is not ready after the original was
 evicted, or is gone, fails loudly: the replacement given back, the move ``lost``, the deployment's
 message and an audit event ``deployment.replica_lost`` say so.
+
+A **removal** (``kind`` removal, ``request_removal``: a scale-down's or a preemption's victim)
+has no replacement: planned -> original_evicting (step 3, under the same budgets and PDBs; a
+scale-down asked for by the workload's owner skips the per-workload interval, see
+``disruption``) -> done once its placement is released (step 4). Given up before the eviction it
+ends rolled_back, the replica serving on; a scale-down's then gives its replica back to the
+deployment's target (``replicas`` + 1, audited), so active placements = replicas still holds.
 """
 from __future__ import annotations
 
@@ -33,7 +40,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from lifecycle.audit import record
@@ -41,7 +49,7 @@ from lifecycle.errors import Conflict
 from nodes.cluster.backends import get_cluster
 from nodes.cluster.base import ClusterBackend, ClusterError, EvictionBlocked, NotFound
 from nodes.models import Node
-from scheduler.choices import MOVE_IN_FLIGHT, MoveStatus, PlacementStatus
+from scheduler.choices import MOVE_IN_FLIGHT, MoveKind, MoveRequester, MoveStatus, PlacementStatus
 from scheduler.models import MOVE_STATES, Deployment, Move, Placement
 from scheduler.services.disruption import evict_blocker, original_pods, pdb_reason, start_blocker
 from scheduler.services.errors import DeployFailed, NoCapacity
@@ -51,6 +59,7 @@ from scheduler.services.spec import spec_of
 
 S = MoveStatus
 ACTOR = "mover"
+MOVER_LOCK = "gpuplane:moves:advance:lock"  # whoever advances moves holds it (tick_lock): one at a time
 BLOCKED = "move.blocked"
 REPLICA_LOST = "deployment.replica_lost"
 
@@ -63,7 +72,8 @@ def describe_partition(placement: Placement) -> str:
 
 
 def request_move(original: Placement, *, why: str, requested_by: str, requester: str, to_node: str = "",
-                 timeout_s: int | None = None, hold: bool = False, actor: Any = None) -> Move:
+                 timeout_s: int | None = None, hold: bool = False, actor: Any = None,
+                 kind: str = MoveKind.MOVE) -> Move:
     """The move of replica ``original`` asked for by ``requester``: the one it asked for before
     while in flight (asking twice is safe), else a new planned one. With ``hold`` the move stops
     at replacement_ready until the requester calls ``release_moves`` (a rollout pre-warms every
@@ -76,17 +86,24 @@ def request_move(original: Placement, *, why: str, requested_by: str, requester:
             return current
         raise Conflict(f"{original.deployment} replica {original.replica_index} is being moved already "
                        f"(move {current.pk}, for {current.requester})")
-    if original.status not in ACTIVE_PLACEMENT or original.node_id is None:
+    if original.status not in ACTIVE_PLACEMENT or (original.node_id is None and kind == MoveKind.MOVE):
         raise Conflict(f"{original.deployment} replica {original.replica_index} is {original.status} "
                        "or not on a node gpuplane placed: nothing to move")
     move = Move.objects.create(
-        deployment=original.deployment, original=original, from_node=original.node.name if original.node else "",
+        deployment=original.deployment, kind=kind, original=original, from_node=original.node.name if original.node else "",
         from_partition=describe_partition(original), to_node=to_node, why=why, requested_by=requested_by,
         requester=requester, timeout_s=timeout_s or settings.MOVE_TIMEOUT_S, hold=hold, reason="waiting for the mover")
     record("move.planned", move, actor=actor or requester, reason=why,
-           after={"deployment": move.deployment_id, "original": original.pk, "from_node": move.from_node,
-                  "to_node": to_node})
+           after={"kind": kind, "deployment": move.deployment_id, "original": original.pk,
+                  "from_node": move.from_node, "to_node": to_node})
     return move
+
+
+def request_removal(original: Placement, *, why: str, requested_by: str, requester: str,
+                    timeout_s: int | None = None, actor: Any = None) -> Move:
+    """The removal of replica ``original`` (evicted, never replaced), as ``request_move`` asks for a move."""
+    return request_move(original, why=why, requested_by=requested_by, requester=requester, timeout_s=timeout_s,
+                        actor=actor, kind=MoveKind.REMOVAL)
 
 
 def cancel_move(move: Move, *, reason: str, cluster: ClusterBackend | None = None) -> bool:
@@ -153,7 +170,11 @@ def advance_move(move: Move, cluster: ClusterBackend, now: datetime) -> None:
     if move.status == S.ORIGINAL_EVICTING:
         _finish(move, cluster, now)
         return
+    removal = move.kind == MoveKind.REMOVAL
     if move.original.status not in ACTIVE_PLACEMENT:
+        if removal:  # what it was to take away is gone already: nothing to evict, its end is reached
+            _evicted(move, cluster, now, "its replica was released already; nothing evicted")
+            return
         _roll_back(move, cluster, "its original replica is gone (released elsewhere); nothing evicted", now)
         return
     if timed_out and not move.hold:
@@ -164,7 +185,7 @@ def advance_move(move: Move, cluster: ClusterBackend, now: datetime) -> None:
         _roll_back(move, cluster, f"{what}; the original stays", now)
         return
     if move.status == S.PLANNED:
-        _place(move, cluster, now)
+        (_evict if removal else _place)(move, cluster, now)
     elif move.status == S.REPLACEMENT_PLACED:
         _await_ready(move, cluster, now)
     elif move.status == S.REPLACEMENT_READY:
@@ -228,18 +249,27 @@ def _evict(move: Move, cluster: ClusterBackend, now: datetime) -> None:
             return
         evicted = pod.key
         break  # one pod is this replica: the workload's other pods are other replicas
-    MOVE_STATES.move(move, S.ORIGINAL_EVICTING, actor=ACTOR,
-                     reason=f"{evicted} evicted through the Eviction API" if evicted
-                     else "the original's pod was gone already",
-                     values={"evicted_pod": evicted, "evicted_at": now, "blocked_reason": ""})
+    _evicted(move, cluster, now, f"{evicted} evicted through the Eviction API" if evicted
+             else "the original's pod was gone already", evicted)
+
+
+def _evicted(move: Move, cluster: ClusterBackend, now: datetime, reason: str, pod: str = "") -> None:
+    MOVE_STATES.move(move, S.ORIGINAL_EVICTING, actor=ACTOR, reason=reason,
+                     values={"evicted_pod": pod, "evicted_at": now, "blocked_reason": ""})
     _finish(move, cluster, now)
 
 
 def _finish(move: Move, cluster: ClusterBackend, now: datetime) -> None:
     original = move.original
     # The pod is gone; the workload shrinks so that its ReplicaSet does not recreate it on the node.
+    removal = move.kind == MoveKind.REMOVAL
     release_replica(original.deployment, original.replica_index, user=ACTOR, cluster=cluster,
-                    reason=f"moved off {move.from_node} (move {move.pk}, {move.requester})")
+                    reason=f"{'removed from' if removal else 'moved off'} {move.from_node} ({move.kind} {move.pk}, "
+                           f"{move.requester}): {move.why}")
+    if removal:
+        MOVE_STATES.move(move, S.DONE, actor=ACTOR, reason=f"removed from {move.from_node}, not replaced ({move.why})",
+                         values={"blocked_reason": "", "finished_at": now})
+        return
     replacement = _replacement(move)
     if replacement is not None and replacement.status in ACTIVE_PLACEMENT and _is_ready(replacement, cluster):
         MOVE_STATES.move(move, S.DONE, actor=ACTOR,
@@ -265,8 +295,18 @@ def _roll_back(move: Move, cluster: ClusterBackend, reason: str, now: datetime |
     if move.replacement_index is not None:
         release_replica(move.deployment, move.replacement_index, user=ACTOR, cluster=cluster,
                         reason=f"move {move.pk} rolled back: {reason}")
-    return MOVE_STATES.move(move, S.ROLLED_BACK, actor=move.requester if requester else ACTOR, reason=reason,
-                            values={"blocked_reason": "", "finished_at": now or timezone.now()})
+    # A scale-down's removal given up: its replica serves on, so the target takes it back, in the
+    # transaction that ends the move and under the deployment's row (scale_deployment's count).
+    restore = move.kind == MoveKind.REMOVAL and move.requested_by == MoveRequester.SCALE_DOWN
+    with transaction.atomic():
+        row = Deployment.objects.select_for_update().filter(pk=move.deployment_id).first() if restore else None
+        ended = MOVE_STATES.move(move, S.ROLLED_BACK, actor=move.requester if requester else ACTOR, reason=reason,
+                                 values={"blocked_reason": "", "finished_at": now or timezone.now()})
+        if ended and row is not None:
+            Deployment.objects.filter(pk=row.pk).update(replicas=F("replicas") + 1, updated_at=timezone.now())
+            record("deployment.scaled", row, actor=ACTOR, reason=f"removal {move.pk} given up ({reason}): its replica "
+                   "serves on and counts again", before={"replicas": row.replicas}, after={"replicas": row.replicas + 1})
+    return ended
 
 
 def _lose(move: Move, cluster: ClusterBackend, what: str, now: datetime) -> None:

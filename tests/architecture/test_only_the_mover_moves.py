@@ -11,7 +11,9 @@ sit in a module allowed to make it:
 - ``delete_pod``, ``scale_workload``, ``delete_workload``: the backends and the scheduler's
   execution services; ``delete_pod`` also the demo loader (its batch pods);
 - the requesters (rollouts, consolidation, savings) make none of these calls, and import neither
-  ``placing`` nor ``releasing`` for them: they create moves (``request_move``) and read outcomes.
+  ``placing`` nor ``releasing`` for them: they create moves (``request_move``) and read outcomes;
+  the autoscaler's scale-down and preemption create removals (``request_removal``), and the
+  autoscaler places (a scale-up is no move) but releases nothing.
 """
 from __future__ import annotations
 
@@ -24,11 +26,9 @@ REQUESTERS = ("rollouts", "consolidation", "savings")
 
 ALLOWED: dict[str, tuple[str, ...]] = {
     "evict_pod": ("scheduler/services/moving.py", "nodes/cluster/"),
-    # Not yet through the mover (issues 21 and 22 left): the autoscaler's scale-down
-    # (autoscaling.remove_replica) and preemption's victims (preemption.carry_out) release directly.
+    # The autoscaler's scale-down and preemption's victims are removals: the mover releases them.
     "release_replica": ("scheduler/services/moving.py", "scheduler/services/releasing.py",
-                        "scheduler/services/placing.py", "scheduler/services/watching.py",
-                        "scheduler/services/autoscaling.py", "scheduler/services/preemption.py"),
+                        "scheduler/services/placing.py", "scheduler/services/watching.py"),
     # A scale-up places new replicas, as a deploy does: not a move.
     "place_replicas": ("scheduler/services/moving.py", "scheduler/services/placing.py",
                        "scheduler/services/deploy.py", "scheduler/services/autoscaling.py"),

@@ -1,10 +1,11 @@
 """Issue 18, must-show 1 (Hypothesis state machine): moves asked for by consolidation plans
-(overlapping and stale ones too), rollouts and users, PodDisruptionBudgets coming and going,
+(overlapping and stale ones too), rollouts and users, scale-downs and scale-ups (removals: the
+target drops at once, the replicas leave through the mover), PodDisruptionBudgets coming and going,
 disruption budgets and injected cluster failures, in any order, on the simulated cluster.
 
 After every step: no leaked replica (per deployment, active placements = replicas + the
-replacements of moves under way whose original still serves; the partitions held are sound,
-``check_invariants``), no PodDisruptionBudget broken (every eviction the simulator granted was
+replacements of moves under way whose original still serves + the replicas removals are taking
+away; the partitions held are sound, ``check_invariants``), no PodDisruptionBudget broken (every eviction the simulator granted was
 allowed by the budgets selecting the pod, and no ready gpuplane pod left any other way than an
 eviction), the concurrent-disruption budget never exceeded. At the end, with the faults spent and
 the budgets lifted, every move ends and every deployment serves all its replicas: 0 lost workloads.
@@ -44,6 +45,7 @@ from scheduler import services
 from scheduler.choices import MOVE_DISRUPTING, MOVE_IN_FLIGHT, PlacementStatus
 from scheduler.models import Deployment, Move, Placement
 from scheduler.services import DeploySpec
+from scheduler.services.autoscaling import scale_deployment
 from scheduler.services.disruption import concurrent_budget
 from scheduler.services.moving import advance_moves, cancel_move, request_move
 from tests.examples import examples
@@ -201,6 +203,15 @@ class MoverMachine(RuleBasedStateMachine):
             except NotAllowed:
                 pass
 
+    @rule(data=st.data(), replicas=st.integers(1, 3))
+    def scale(self, data: st.DataObject, replicas: int) -> None:
+        """A PATCH or the autoscaler: the target at once, the surplus replicas removals."""
+        deployment = data.draw(st.sampled_from(list(Deployment.objects.order_by("pk"))))
+        try:
+            scale_deployment(deployment, replicas, user="hypothesis", cluster=self.cluster)
+        except (Conflict, ClusterError):
+            pass
+
     @rule(seconds=st.sampled_from((1, 2, 5, 20)))
     def tick(self, seconds: float) -> None:
         self._tick(seconds)
@@ -213,9 +224,12 @@ class MoverMachine(RuleBasedStateMachine):
         active = Counter(Placement.objects.filter(status__in=ACTIVE).values_list("deployment_id", flat=True))
         under_way = Counter(Move.objects.filter(status__in=MOVE_DISRUPTING, replacement__status__in=ACTIVE,
                                                 original__status__in=ACTIVE).values_list("deployment_id", flat=True))
+        leaving = Counter(Move.objects.filter(kind="removal", status__in=MOVE_IN_FLIGHT, original__status__in=ACTIVE)
+                          .values_list("deployment_id", flat=True))
         lost = Counter(Move.objects.filter(lost=True).values_list("deployment_id", flat=True))
         for pk, replicas in Deployment.objects.values_list("pk", "replicas"):
-            assert active[pk] == replicas + under_way[pk] - lost[pk], (pk, active[pk], replicas, under_way[pk], lost[pk])
+            assert active[pk] == replicas + under_way[pk] + leaving[pk] - lost[pk], (
+                pk, active[pk], replicas, under_way[pk], leaving[pk], lost[pk])
         check_invariants()
 
     @invariant()

@@ -11,9 +11,10 @@ from rest_framework.test import APIClient
 from lifecycle.models import AuditEvent
 from scheduler import services
 from scheduler.choices import PlacementStatus
-from scheduler.models import Decision, Deployment, LearnedWeights, ScalingEvent
+from scheduler.models import Decision, Deployment, LearnedWeights, Move, ScalingEvent
 from scheduler.services import autoscaling, feedback, monitoring
 from scheduler.services.autoscaling import autoscale_all
+from scheduler.services.moving import advance_moves
 from scheduler.services.releasing import ACTIVE_PLACEMENT
 from tests.scheduler.inventory import FakeClock, check_invariants, demo_cluster
 
@@ -70,7 +71,13 @@ def test_patch_replicas_places_each_new_replica_with_a_decision_and_scales_down(
 
     response = operator_api.patch(url, {"replicas": 1}, format="json")
     assert response.status_code == 200 and response.json()["replicas"] == 1
-    assert active(deployment) == 1
+    # The target drops at once; the two replicas leave as the mover gets to them (removals).
+    removals = Move.objects.filter(deployment=deployment, kind="removal", requested_by="scale-down")
+    assert active(deployment) == 3 and removals.count() == 2 and not removals.exclude(status="planned").exists()
+    assert AuditEvent.objects.filter(verb="placement.released").count() == 0
+    advance_moves(cluster=cluster)
+    assert active(deployment) == 1 and set(removals.values_list("status", flat=True)) == {"done"}
+    assert all(m.evicted_pod for m in removals)  # each pod went through the Eviction API
     assert AuditEvent.objects.filter(verb="placement.released").count() == 2
     assert [e.action for e in ScalingEvent.objects.filter(deployment=deployment)] == ["up", "down"]
     check_invariants()
