@@ -46,29 +46,34 @@ def resolve_gpus(uuids: Iterable[str]) -> dict[str, ResolvedGPU]:
     wanted = set(uuids)
     if not wanted:
         return {}
-    meta = GPU._meta
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(meta.get_field(name).column) for name in ("uuid", "id", "node", "sampled_at", "model", "memory_mib"))
-    sql = f"SELECT {columns} FROM {quote(meta.db_table)}"
+    sql, uuid_column = _resolve_statement(connection.vendor)
     params: list[str] = []
     if len(wanted) <= RESOLVE_IN_LIST_MAX:
         params = sorted(wanted)
-        sql += f" WHERE {quote(meta.get_field('uuid').column)} IN ({', '.join(['%s'] * len(params))})"
+        sql += f" WHERE {uuid_column} IN ({', '.join(['%s'] * len(params))})"
     # Plain SQL: an agent's post resolves 8 UUIDs, and compiling the ORM's query for them cost
     # ten times more CPU than running it.
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    text_times = connection.vendor == "sqlite"
+    if connection.vendor != "sqlite":
+        return {uuid: ResolvedGPU(pk, *rest) for uuid, pk, *rest in rows if uuid in wanted}
+    # SQLite hands times back as text: made aware datetimes, as the other databases give them.
+    convert = functools.partial(connection.ops.convert_datetimefield_value, expression=None, connection=connection)
     return {
-        uuid: ResolvedGPU(
-            pk, node_id,
-            connection.ops.convert_datetimefield_value(sampled_at, None, connection) if text_times and sampled_at else sampled_at,
-            model, memory_mib,
-        )
+        uuid: ResolvedGPU(pk, node_id, convert(sampled_at) if sampled_at else sampled_at, model, memory_mib)
         for uuid, pk, node_id, sampled_at, model, memory_mib in rows
         if uuid in wanted
     }
+
+
+@functools.cache
+def _resolve_statement(vendor: str) -> tuple[str, str]:
+    """(`resolve_gpus`' SELECT of every GPU row, its uuid column) on this database, built once per process."""
+    meta = GPU._meta
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(meta.get_field(name).column) for name in ("uuid", "id", "node", "sampled_at", "model", "memory_mib"))
+    return f"SELECT {columns} FROM {quote(meta.db_table)}", quote(meta.get_field("uuid").column)
 
 
 def insert_samples_ignoring_duplicates(
