@@ -10,10 +10,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import dj_database_url
-
 # DRF and the OpenAPI schema: Django reads both names from this module.
 from gpuplane.api_settings import REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401
+from gpuplane.database_settings import databases
 from gpuplane.disruption import DISRUPTION_BUDGET, DISRUPTION_MIN_INTERVAL_S, MOVE_BEAT, MOVE_TIMEOUT_S  # noqa: F401
 from gpuplane.env import env_bool, env_choice, env_header_pair, env_int, env_list, env_number_map, env_rate, env_str
 from gpuplane.logs import logging_config
@@ -95,14 +94,7 @@ TEMPLATES = [
     },
 ]
 
-_DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gpuplane.sqlite3'}")
-# PostgreSQL: a connection per request (new backend, cold caches) cost a deploy ~25 ms.
-_CONN_MAX_AGE = env_int("DATABASE_CONN_MAX_AGE", 0 if _DATABASE_URL.startswith("sqlite") else 60, minimum=0)
-DATABASES = {"default": dj_database_url.parse(_DATABASE_URL, conn_max_age=_CONN_MAX_AGE, conn_health_checks=True)}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Web, worker and beat share the file: wait for locks instead of failing at once, and take
-    # the write lock when a transaction starts so that a read-then-write cannot deadlock.
-    DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
+DATABASES = databases(VAR_DIR)  # gpuplane/database_settings.py
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -15,6 +15,7 @@ or a token the cluster does not vouch for as the agent's, is a 401.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 from datetime import timedelta
@@ -134,17 +135,8 @@ def find_token(digest: str) -> NodeAgentToken | None:
 
     from nodes.models import Node, NodeAgentToken
 
-    token_meta, node_meta = NodeAgentToken._meta, Node._meta
-    quote = connection.ops.quote_name
-    columns = ["id", "node_id", "prefix", "last_used_at", "revoked"]
-    sql = (
-        f"SELECT {', '.join('t.' + quote(token_meta.get_field(name).column) for name in columns)}, n.{quote('name')} "
-        f"FROM {quote(token_meta.db_table)} t JOIN {quote(node_meta.db_table)} n "
-        f"ON n.{quote(node_meta.pk.column)} = t.{quote(token_meta.get_field('node').column)} "
-        f"WHERE t.{quote(token_meta.get_field('key_digest').column)} = %s"
-    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [digest])
+        cursor.execute(_find_token_statement(connection.vendor), [digest])
         row = cursor.fetchone()
     if row is None:
         return None
@@ -152,11 +144,32 @@ def find_token(digest: str) -> NodeAgentToken | None:
     if last_used_at is not None and connection.vendor == "sqlite":  # naive (or text) there: made aware
         last_used_at = connection.ops.convert_datetimefield_value(last_used_at, None, connection)
     token = NodeAgentToken.from_db(
-        connection.alias, columns, (token_id, node_id, prefix, last_used_at, bool(revoked))
+        connection.alias, _TOKEN_COLUMNS, (token_id, node_id, prefix, last_used_at, bool(revoked))
     )
     token.key_digest = digest
     token.node = Node.from_db(connection.alias, ["id", "name"], (node_id, node_name))
     return token
+
+
+_TOKEN_COLUMNS = ["id", "node_id", "prefix", "last_used_at", "revoked"]
+
+
+@functools.cache
+def _find_token_statement(vendor: str) -> str:
+    """`find_token`'s SELECT on this database: built once per process, not per agent post."""
+    from django.db import connection
+
+    from nodes.models import Node, NodeAgentToken
+
+    token_meta, node_meta = NodeAgentToken._meta, Node._meta
+    quote = connection.ops.quote_name
+    return (
+        f"SELECT {', '.join('t.' + quote(token_meta.get_field(name).column) for name in _TOKEN_COLUMNS)}, "
+        f"n.{quote('name')} "
+        f"FROM {quote(token_meta.db_table)} t JOIN {quote(node_meta.db_table)} n "
+        f"ON n.{quote(node_meta.pk.column)} = t.{quote(token_meta.get_field('node').column)} "
+        f"WHERE t.{quote(token_meta.get_field('key_digest').column)} = %s"
+    )
 
 
 class NodeAgentTokenAuthentication(BaseAuthentication):

@@ -46,29 +46,34 @@ def resolve_gpus(uuids: Iterable[str]) -> dict[str, ResolvedGPU]:
     wanted = set(uuids)
     if not wanted:
         return {}
-    meta = GPU._meta
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(meta.get_field(name).column) for name in ("uuid", "id", "node", "sampled_at", "model", "memory_mib"))
-    sql = f"SELECT {columns} FROM {quote(meta.db_table)}"
+    sql, uuid_column = _resolve_statement(connection.vendor)
     params: list[str] = []
     if len(wanted) <= RESOLVE_IN_LIST_MAX:
         params = sorted(wanted)
-        sql += f" WHERE {quote(meta.get_field('uuid').column)} IN ({', '.join(['%s'] * len(params))})"
+        sql += f" WHERE {uuid_column} IN ({', '.join(['%s'] * len(params))})"
     # Plain SQL: an agent's post resolves 8 UUIDs, and compiling the ORM's query for them cost
     # ten times more CPU than running it.
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    text_times = connection.vendor == "sqlite"
+    if connection.vendor != "sqlite":
+        return {uuid: ResolvedGPU(pk, *rest) for uuid, pk, *rest in rows if uuid in wanted}
+    # SQLite hands times back as text: made aware datetimes, as the other databases give them.
+    convert = functools.partial(connection.ops.convert_datetimefield_value, expression=None, connection=connection)
     return {
-        uuid: ResolvedGPU(
-            pk, node_id,
-            connection.ops.convert_datetimefield_value(sampled_at, None, connection) if text_times and sampled_at else sampled_at,
-            model, memory_mib,
-        )
+        uuid: ResolvedGPU(pk, node_id, convert(sampled_at) if sampled_at else sampled_at, model, memory_mib)
         for uuid, pk, node_id, sampled_at, model, memory_mib in rows
         if uuid in wanted
     }
+
+
+@functools.cache
+def _resolve_statement(vendor: str) -> tuple[str, str]:
+    """(`resolve_gpus`' SELECT of every GPU row, its uuid column) on this database, built once per process."""
+    meta = GPU._meta
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(meta.get_field(name).column) for name in ("uuid", "id", "node", "sampled_at", "model", "memory_mib"))
+    return f"SELECT {columns} FROM {quote(meta.db_table)}", quote(meta.get_field("uuid").column)
 
 
 def insert_samples_ignoring_duplicates(
@@ -80,10 +85,12 @@ def insert_samples_ignoring_duplicates(
     duplicate count is part of the API's answer; the statement's row count says it exactly, even
     when two identical batches race. On PostgreSQL, with `copy` (a poll), the rows are COPYed when
     none is a duplicate (`_copy_unless_duplicate`); otherwise (an agent's post of a few rows, for
-    which COPY's savepoint costs more than it saves) one INSERT from arrays stores them.
+    which COPY's savepoint costs more than it saves) one INSERT from the rows as JSON stores them.
     """
     table, columns, head, row_sql, suffix = _insert_statement(connection.vendor)
-    db_ts = _db_times(ts for _, ts in rows)
+    postgresql = connection.vendor == "postgresql"
+    # An agent's rows go to PostgreSQL as JSON (`_json_rows`), their times as ISO 8601 text.
+    db_ts = _iso_times(ts for _, ts in rows) if postgresql and not copy else _db_times(ts for _, ts in rows)
     values = [
         (
             gpu_id,
@@ -93,14 +100,14 @@ def insert_samples_ignoring_duplicates(
         )
         for (gpu_id, ts), sample in rows.items()
     ]
-    if connection.vendor == "postgresql":
+    if postgresql:
         if copy:
             copied = _copy_unless_duplicate(table, columns, values)
             if copied is not None:
                 return copied
         with _binding_cursor() as cursor:
-            # One statement whatever the rows (arrays, one per column): its text never changes.
-            cursor.execute(_insert_unnest_statement(), [list(column) for column in zip(*values, strict=True)])
+            # One statement whatever the rows, its one parameter the rows as JSON (`_json_rows`).
+            cursor.execute(_insert_json_statement(), [_json_rows(values)])
             return int(cursor.rowcount)
     inserted = 0
     with connection.cursor() as cursor:
@@ -113,14 +120,43 @@ def insert_samples_ignoring_duplicates(
 
 
 @functools.cache
-def _insert_unnest_statement() -> str:
-    """PostgreSQL: the sample INSERT from one array per column, skipping (gpu, ts) pairs already stored."""
+def _insert_json_statement() -> str:
+    """PostgreSQL: the sample INSERT from a JSON array of rows, skipping (gpu, ts) pairs already stored."""
     meta = GPUSample._meta
-    fields = [meta.get_field(name) for name in ("gpu", "ts", *METRIC_FIELDS, "source")]
-    _, columns, head, _, suffix = _insert_statement(connection.vendor)
-    arrays = ", ".join(f"%s::{field.db_type(connection) if name != 'gpu' else 'bigint'}[]"
-                       for name, field in zip(("gpu", "ts", *METRIC_FIELDS, "source"), fields, strict=True))
-    return f"{head} SELECT * FROM unnest({arrays}) {suffix}"
+    types = [meta.get_field(name).db_type(connection) for name in ("gpu", "ts", *METRIC_FIELDS, "source")]
+    _, _, head, _, suffix = _insert_statement(connection.vendor)
+    return f"{head} SELECT {_json_columns(types)} FROM json_array_elements(%s::json) AS r {suffix}"
+
+
+def _json_columns(types: Iterable[str], aliases: Iterable[str] | None = None) -> str:
+    """`(r->>0)::type0, (r->>1)::type1, ...` (each `AS` its alias, if given): the columns of each row
+    `r` of a JSON array of rows (`_json_rows`)."""
+    columns = [f"(r->>{position})::{db_type}" for position, db_type in enumerate(types)]
+    if aliases is not None:
+        columns = [f"{column} AS {alias}" for column, alias in zip(columns, aliases, strict=True)]
+    return ", ".join(columns)
+
+
+def _json_rows(rows: list[tuple[Any, ...]]) -> str:
+    """PostgreSQL: rows as one JSON array of arrays, read back by `_json_columns` (a JSON null is NULL).
+
+    psycopg dumps a Python list into an array parameter in Python, element by element: an agent's
+    post spent a tenth of its CPU there with one array per column. This JSON text is made in C
+    and is one text parameter; a float's JSON is its repr, which reads back as the same double.
+    Times are best given as ISO 8601 text already (`_iso_times`); a datetime left is written so.
+    """
+    return json.dumps(rows, default=_iso_time)
+
+
+def _iso_times(times: Iterable[datetime]) -> dict[datetime, str]:
+    """Each distinct time as ISO 8601 text with its offset, which PostgreSQL reads as the same instant."""
+    return {ts: ts.isoformat() for ts in set(times)}
+
+
+def _iso_time(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 @functools.cache
@@ -206,7 +242,7 @@ def _update_statement(vendor: str) -> str:
 
 
 def _update_latest_values_at_once(newest: dict[int, SampleIn]) -> None:
-    """PostgreSQL: update_latest_values as one UPDATE ... FROM unnest(arrays), same condition per row.
+    """PostgreSQL: update_latest_values as one UPDATE ... FROM the rows as JSON, same condition per row.
 
     One UPDATE per GPU was planned and executed one by one by the server: three quarters of a
     40,000-GPU poll's wall time on PostgreSQL. The GPUs' rows are first locked in id order (FOR NO
@@ -214,16 +250,13 @@ def _update_latest_values_at_once(newest: dict[int, SampleIn]) -> None:
     whatever order the join visits rows in; each row's `sampled_at` is compared under that lock,
     so the check and the write stay one atomic step per GPU.
     """
-    ids = sorted(newest)
-    db_ts = _db_times(sample.ts for sample in newest.values())
-    params = [
-        ids,
-        [db_ts[newest[gpu_id].ts] for gpu_id in ids],
-        *([getattr(newest[gpu_id], name) for gpu_id in ids] for name in LATEST_FIELDS),
-        [_processes_json(newest[gpu_id]) for gpu_id in ids],
+    times = _iso_times(sample.ts for sample in newest.values())
+    rows = [
+        (gpu_id, times[sample.ts], *(getattr(sample, name) for name in LATEST_FIELDS), _processes_json(sample))
+        for gpu_id, sample in sorted(newest.items())
     ]
     with _binding_cursor() as cursor:
-        cursor.execute(_update_at_once_statement(), [ids, *params])
+        cursor.execute(_update_at_once_statement(), [_json_rows(rows)])
 
 
 @contextlib.contextmanager
@@ -240,30 +273,25 @@ def _binding_cursor() -> Iterator[Any]:
 
 @functools.cache
 def _update_at_once_statement() -> str:
-    """PostgreSQL's UPDATE ... FROM unnest(arrays) of `_update_latest_values_at_once` (built once per process)."""
+    """PostgreSQL's UPDATE ... FROM the rows as JSON of `_update_latest_values_at_once` (built once per
+    process); each row is [id, sampled_at, *LATEST_FIELDS, processes as JSON text]."""
     meta = GPU._meta
     quote = connection.ops.quote_name
     table, pk = quote(meta.db_table), quote(meta.pk.column)
     names = ("sampled_at", *LATEST_FIELDS, "processes")
-    # The processes travel as JSON text (an array of jsonb does not adapt from Python lists).
-    types = [
-        meta.pk.db_type(connection),
-        *(meta.get_field(name).db_type(connection) for name in names[:-1]),
-        "text",
-    ]
-    arrays = ", ".join(f"%s::{db_type}[]" for db_type in types)
-    aliases = ", ".join(["id", *(f"v{k}" for k in range(len(names)))])
-    assignments = ", ".join(
-        f"{quote(meta.get_field(name).column)} = v.v{k}" + ("::jsonb" if name == "processes" else "")
-        for k, name in enumerate(names)
-    )
+    types = [meta.pk.db_type(connection), *(meta.get_field(name).db_type(connection) for name in names)]
+    aliases = ["id", *(f"v{k}" for k in range(len(names)))]
+    assignments = ", ".join(f"{quote(meta.get_field(name).column)} = v.v{k}" for k, name in enumerate(names))
     sampled_col = quote(meta.get_field("sampled_at").column)
-    # The CTE locks in id order before any row is updated: whichever side the join takes first,
-    # every updated row is one of `locked`, locked by its ordered scan.
+    # `locked` locks in id order before any row is updated: whichever side the join takes first,
+    # every updated row is one of `locked`, locked by its ordered scan. Both find their rows by
+    # `= ANY(ARRAY(...))`, an index scan: with `IN (SELECT ...)` the planner, which guesses 100
+    # rows for any JSON array, read the whole GPU table twice per agent post instead.
     return (
-        f"WITH locked AS (SELECT {pk} FROM {table} WHERE {pk} = ANY(%s::{types[0]}[]) ORDER BY {pk} FOR NO KEY UPDATE) "
-        f"UPDATE {table} AS g SET {assignments} FROM unnest({arrays}) AS v({aliases}) "
-        f"WHERE g.{pk} = v.id AND g.{pk} IN (SELECT {pk} FROM locked) "
+        f"WITH v AS (SELECT {_json_columns(types, aliases)} FROM json_array_elements(%s::json) AS r), "
+        f"locked AS (SELECT {pk} FROM {table} WHERE {pk} = ANY(ARRAY(SELECT id FROM v)) ORDER BY {pk} FOR NO KEY UPDATE) "
+        f"UPDATE {table} AS g SET {assignments} FROM v "
+        f"WHERE g.{pk} = v.id AND g.{pk} = ANY(ARRAY(SELECT {pk} FROM locked)) "
         f"AND (g.{sampled_col} IS NULL OR g.{sampled_col} < v.v0)"
     )
 

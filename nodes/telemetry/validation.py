@@ -11,6 +11,7 @@ as they are::
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -134,19 +135,18 @@ def unknown_gpu_only(problems: Mapping[str, list[str]]) -> bool:
 
 
 def _limits_by_gpu(resolved: Sequence[ResolvedGPU | None]) -> list[dict[str, MetricLimit]]:
-    """Each sample's GPU limits (`gpu_limits`), computed once per (model, memory); {} for an unknown GPU."""
-    cache: dict[tuple[str, int], dict[str, MetricLimit]] = {}
-    limits: list[dict[str, MetricLimit]] = []
-    for gpu in resolved:
-        if gpu is None:
-            limits.append({})
-            continue
-        key = (gpu.model, gpu.memory_mib)
-        found = cache.get(key)
-        if found is None:
-            found = cache[key] = gpu_limits(gpu.model, gpu.memory_mib)
-        limits.append(found)
-    return limits
+    """Each sample's GPU limits (`gpu_limits`); {} for an unknown GPU."""
+    return [_NO_LIMITS if gpu is None else _cached_limits(gpu.model, gpu.memory_mib) for gpu in resolved]
+
+
+_NO_LIMITS: dict[str, MetricLimit] = {}
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_limits(model: str, memory_mib: int) -> dict[str, MetricLimit]:
+    """`gpu_limits`, computed once per (model, memory) in this process: they depend on the catalog
+    only, which is code, and a fleet has a few kinds of GPU (read only; never modified)."""
+    return gpu_limits(model, memory_mib)
 
 
 def _shown(value: float) -> str:

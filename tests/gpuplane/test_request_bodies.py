@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.crypto import get_random_string
+from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.test import APIClient
 from rest_framework.views import APIView
 
@@ -169,3 +170,29 @@ def test_an_oversize_form_from_a_browser_session_is_a_json_400(admin_user, setti
     assert response.status_code == 400
     assert response["Content-Type"] == "application/json"
     assert "too large" in response.json()["detail"]
+
+
+def _parse(text: str) -> object:
+    from io import BytesIO
+
+    return LimitedJSONParser().parse(BytesIO(text.encode()), "application/json", {"encoding": "utf-8"})
+
+
+def test_the_parser_takes_json_nested_exactly_as_deep_as_allowed_and_refuses_one_level_more():
+    # The parser skips its walk when the text has too few brackets to nest deeper: at the bound
+    # itself it must still walk, and refuse one level more (also with brackets inside strings).
+    assert json_depth(_parse("[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH)) == MAX_JSON_DEPTH
+    assert _parse('{"a": "[[[[[[[[[[[[[[[[[[[[[[[["}') == {"a": "[" * 24}
+    with pytest.raises(ParseError, match="nested deeper than"):
+        _parse("[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1))
+    with pytest.raises(ParseError, match="nested deeper than"):
+        _parse('{"a": ' * MAX_JSON_DEPTH + '{"b": 1}' + "}" * MAX_JSON_DEPTH)
+
+
+@pytest.mark.parametrize("escape", ["\\ud800", "\\uDFFF", "\\uDbFf"])
+def test_the_parser_finds_a_lone_surrogate_escape_in_any_case_and_beside_other_text(escape):
+    # The surrogate walk is skipped only for ASCII text without any \u escape.
+    with pytest.raises(ValidationError) as refused:
+        _parse('{"name": "caf\u00e9", "samples": [{"x": "a' + escape + 'b"}]}')
+    assert list(refused.value.detail) == ["samples.0.x"]
+    assert _parse('{"name": "caf\u00e9 \\u00e9 \\ud83d\\ude00"}') == {"name": "caf\u00e9 \u00e9 \U0001f600"}

@@ -2,7 +2,7 @@
 one, duplicates, latest values on GPU rows."""
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db import connection
@@ -311,3 +311,18 @@ def test_the_ingest_benchmark_runs_on_its_own_database_and_reports_the_figures()
         assert result[key] > 0, key
     assert result["batch_p50_ms"] <= result["batch_p99_ms"]
     assert result["database"].split()[0] in {"sqlite", "postgresql"}
+
+
+def test_stored_values_and_times_read_back_exactly(n1):
+    # PostgreSQL gets an agent's rows as JSON text (nodes.telemetry.storage._json_rows): every float
+    # must read back as the same double, a time in another offset as the same instant, to the microsecond.
+    ts = datetime(2026, 3, 2, 13, 59, 59, 123457, tzinfo=timezone(timedelta(hours=2)))  # 11:59:59.123457 UTC
+    odd = {"utilization_pct": 33.333333333333336, "power_w": 0.1 + 0.2, "temperature_c": -12.000000000000002,
+           "power_limit_w": 699.9999999999999, "memory_used_mib": 81919, "memory_reserved_mib": 0}
+    result = ingest_samples([sample(ts=ts, **odd, processes=((1, None), (2**31 - 1, 0)))], node=n1, now=NOW)
+
+    assert result == IngestResult(stored=1, duplicates=0)
+    stored = GPUSample.objects.values(*odd, "ts", "memory_total_mib").get()
+    assert stored == {**odd, "ts": ts, "memory_total_mib": None}
+    gpu = GPU.objects.values("sampled_at", "processes", *odd).get(uuid="GPU-n1-0")
+    assert gpu == {**odd, "sampled_at": ts, "processes": [[1, None], [2**31 - 1, 0]]}
