@@ -1,12 +1,16 @@
 """Settings of autoscaling and feedback (docs/design.md section 7; docs/concepts.md "Autoscaling and
-feedback" names every one with its unit). ``gpuplane.settings`` takes ``AUTOSCALE_SETTINGS`` into
-its namespace and ``AUTOSCALE_BEAT`` into the beat schedule; kept apart to keep settings.py short.
+feedback" names every one with its unit). ``gpuplane.settings`` imports each by name and puts
+``AUTOSCALE_BEAT`` into the beat schedule: one concern, one module.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from gpuplane.env import env_bool, env_choice, env_int, env_number_map, env_str
+
+# What gpuplane.settings takes (not GPUPLANE_CLUSTER: settings reads that itself).
+__all__ = [
+    "AUTOSCALE", "AUTOSCALE_INTERVAL_S", "AUTOSCALE_METRICS_SOURCE", "AUTOSCALE_QUERIES", "AUTOSCALE_RECORD_INTERVAL_S",
+    "AUTOSCALE_RUNTIME", "AUTOSCALE_SIMULATED_DELIVERY", "AUTOSCALE_SIMULATED_LOAD_FACTOR", "FEEDBACK", "FEEDBACK_ENABLED",
+]
 
 GPUPLANE_CLUSTER = env_choice("GPUPLANE_CLUSTER", "simulated", ("simulated", "kubernetes"))
 
@@ -64,18 +68,6 @@ FEEDBACK = env_number_map("GPUPLANE_FEEDBACK")
 FEEDBACK_ENABLED = env_bool("GPUPLANE_FEEDBACK_ENABLED", True)
 
 
-AUTOSCALE_SETTINGS: dict[str, Any] = {name: globals()[name] for name in (
-    "AUTOSCALE_INTERVAL_S",
-    "AUTOSCALE_RECORD_INTERVAL_S",
-    "AUTOSCALE_METRICS_SOURCE",
-    "AUTOSCALE",
-    "AUTOSCALE_RUNTIME",
-    "AUTOSCALE_QUERIES",
-    "AUTOSCALE_SIMULATED_LOAD_FACTOR",
-    "AUTOSCALE_SIMULATED_DELIVERY",
-    "FEEDBACK",
-    "FEEDBACK_ENABLED",
-)}
 AUTOSCALE_BEAT = {
     "autoscale-deployments": {
         "task": "scheduler.tasks.autoscale_deployments_task",

@@ -12,6 +12,10 @@ from typing import Any
 
 # DRF and the OpenAPI schema: Django reads both names from this module.
 from gpuplane.api_settings import REST_FRAMEWORK, SPECTACULAR_SETTINGS  # noqa: F401
+
+# Autoscaling and feedback (docs/concepts.md): the names in its __all__.
+from gpuplane.autoscale_settings import *  # noqa: F403
+from gpuplane.autoscale_settings import AUTOSCALE_BEAT
 from gpuplane.database_settings import databases
 from gpuplane.disruption import DISRUPTION_BUDGET, DISRUPTION_MIN_INTERVAL_S, MOVE_BEAT, MOVE_TIMEOUT_S  # noqa: F401
 from gpuplane.env import env_bool, env_choice, env_header_pair, env_int, env_list, env_number_map, env_rate, env_str
@@ -321,6 +325,7 @@ CONSOLIDATION_MOVE_TIMEOUT_S = env_int("GPUPLANE_CONSOLIDATION_MOVE_TIMEOUT_S", 
 
 CELERY_BEAT_SCHEDULE = {
     **MOVE_BEAT,
+    **AUTOSCALE_BEAT,
     "analyse-consolidation": {
         "task": "consolidation.tasks.analyse_consolidation_task",
         "schedule": float(CONSOLIDATION_INTERVAL_S),
@@ -369,8 +374,6 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": SAVINGS_SAMPLE_INTERVAL_S * 0.9},
     },
 }
-from gpuplane.autoscale_settings import AUTOSCALE_BEAT, AUTOSCALE_SETTINGS  # noqa: E402, I001 (docs/concepts.md)
-globals().update(AUTOSCALE_SETTINGS, CELERY_BEAT_SCHEDULE={**CELERY_BEAT_SCHEDULE, **AUTOSCALE_BEAT})
 # --- HTTPS (docs/install.md): on by default in production, off for `make run` over plain http.
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _PRODUCTION)
 SECURE_REDIRECT_EXEMPT = REDIRECT_EXEMPT
