@@ -14,9 +14,12 @@ from contextlib import contextmanager
 
 from celery import Celery
 
+# Every test's own Redis keys start with this (then a random part of their own).
+SCRATCH_PREFIX = "gpuplane-test-"
+
 
 def scratch_prefix() -> str:
-    return f"gpuplane-test-{uuid.uuid4().hex[:12]}:"
+    return f"{SCRATCH_PREFIX}{uuid.uuid4().hex[:12]}:"
 
 
 def delete_prefixed_keys(url: str, prefix: str) -> None:

@@ -151,6 +151,31 @@ def kill_points(seed: int) -> list[KillPoint]:
     return [KillPoint(rng.choice(TRIGGERS), round(rng.uniform(0.0, 0.4), 3)) for _ in range(KILLS)]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def flush_retried_on_deadlock():
+    """The worker and beat keep ticking between trials (they outlive each trial), so the flush that
+    ends a trial (TRUNCATE, table by table) can deadlock with a tick's transaction; PostgreSQL then
+    aborts one of the two. The flush runs again, as a tick would: the tick has finished by then."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+    from django.db.utils import OperationalError
+
+    execute = DatabaseOperations.execute_sql_flush
+
+    def execute_with_retries(self, sql_list):  # noqa: ANN001, ANN202
+        for attempt in range(5):
+            try:
+                return execute(self, sql_list)
+            except OperationalError as error:
+                if "deadlock detected" not in str(error) or attempt == 4:
+                    raise
+                time.sleep(0.2)
+        return None
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DatabaseOperations, "execute_sql_flush", execute_with_retries)
+        yield
+
+
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory, django_db_setup):
     folder = tmp_path_factory.mktemp("crash")
