@@ -22,9 +22,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
 from django.db import connection
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -233,3 +236,27 @@ class Beat(ProcessGroup):
         if self.process.stdin is not None and not self.process.stdin.closed:
             self.process.stdin.close()  # a standby that never got "go" ends here
         super().terminate()
+
+
+@contextmanager
+def flush_retried_on_deadlock() -> Iterator[None]:
+    """The worker and beat keep ticking between trials (they outlive each trial), so the flush that
+    ends a trial (TRUNCATE, table by table) can deadlock with a tick's transaction; PostgreSQL then
+    aborts one of the two. The flush runs again, as a tick would: the tick has finished by then."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+    from django.db.utils import OperationalError
+
+    execute = DatabaseOperations.execute_sql_flush
+
+    def execute_with_retries(self: DatabaseOperations, sql_list: list[str]) -> None:
+        for attempt in range(5):
+            try:
+                return execute(self, sql_list)
+            except OperationalError as error:
+                if "deadlock detected" not in str(error) or attempt == 4:
+                    raise
+                time.sleep(0.2)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DatabaseOperations, "execute_sql_flush", execute_with_retries)
+        yield

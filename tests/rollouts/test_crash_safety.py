@@ -79,7 +79,7 @@ from scheduler.models import Deployment, Move, Placement
 from scheduler.services import DeploySpec
 from scheduler.services.disruption import concurrent_budget
 from tests.redis_scratch import delete_prefixed_keys, scratch_prefix
-from tests.rollouts.crash import Plane
+from tests.rollouts.crash import Plane, flush_retried_on_deadlock
 from tests.rollouts.simulated import EXCLUSIVE, H100_MIB, MIG_2X3G, MPS_2, MPS_4, TIMESLICE_4, ready_replicas
 from tests.scheduler.inventory import check_invariants
 
@@ -152,27 +152,8 @@ def kill_points(seed: int) -> list[KillPoint]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def flush_retried_on_deadlock():
-    """The worker and beat keep ticking between trials (they outlive each trial), so the flush that
-    ends a trial (TRUNCATE, table by table) can deadlock with a tick's transaction; PostgreSQL then
-    aborts one of the two. The flush runs again, as a tick would: the tick has finished by then."""
-    from django.db.backends.postgresql.operations import DatabaseOperations
-    from django.db.utils import OperationalError
-
-    execute = DatabaseOperations.execute_sql_flush
-
-    def execute_with_retries(self, sql_list):  # noqa: ANN001, ANN202
-        for attempt in range(5):
-            try:
-                return execute(self, sql_list)
-            except OperationalError as error:
-                if "deadlock detected" not in str(error) or attempt == 4:
-                    raise
-                time.sleep(0.2)
-        return None
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(DatabaseOperations, "execute_sql_flush", execute_with_retries)
+def flush_retried():
+    with flush_retried_on_deadlock():
         yield
 
 
