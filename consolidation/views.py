@@ -18,28 +18,23 @@ from consolidation.approval import NotAllowed, approve, reject
 from consolidation.filtersets import PlanFilterSet
 from consolidation.models import ConsolidationPlan
 from gpuplane.roles import ADMIN, has_role
-from gpuplane.web import RoleRequiredMixin, filter_list_context, use_dropdowns
+from gpuplane.web import FilteredListMixin, RoleRequiredMixin
 
 PAGE_SIZE = 20
 
 
-class PlanListView(RoleRequiredMixin, ListView):
+class PlanListView(RoleRequiredMixin, FilteredListMixin, ListView):
     template_name = "consolidation/plan_list.html"
     context_object_name = "plans"
     paginate_by = PAGE_SIZE
 
-    def get_queryset(self) -> Any:
-        queryset = ConsolidationPlan.objects.select_related("created_by", "decided_by").order_by("-created_at", "-id")
-        self.filterset = PlanFilterSet(self.request.GET or None, queryset=queryset)
-        use_dropdowns(self.filterset.form)  # before validation: the widget reads the values
-        # An invalid filter value shows the form error and no plan, never every plan.
-        if self.filterset.is_bound and not self.filterset.is_valid():
-            return queryset.none()
-        return self.filterset.qs
+    filterset_class = PlanFilterSet
+
+    def base_queryset(self) -> Any:
+        return ConsolidationPlan.objects.select_related("created_by", "decided_by").order_by("-created_at", "-id")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context.update(filter_list_context(self.request, self.filterset))
         context["can_decide"] = has_role(self.request.user, ADMIN)
         return context
 

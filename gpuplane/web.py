@@ -57,6 +57,34 @@ def filter_list_context(request: HttpRequest, filterset: FilterSet) -> dict[str,
     }
 
 
+class FilteredListMixin:
+    """A ListView filtered by its model's one FilterSet (the API's too), for templates/list_base.html:
+    ``filterset_class`` over ``base_queryset()``; the filter bar's dropdowns; an invalid filter value
+    shows the form error and no rows, never every row; ``filter_list_context`` in the context."""
+
+    filterset_class: type[FilterSet]
+    request: HttpRequest
+
+    def base_queryset(self) -> Any:
+        raise NotImplementedError
+
+    def filterset_kwargs(self) -> dict[str, Any]:
+        return {}
+
+    def get_queryset(self) -> Any:
+        queryset = self.base_queryset()
+        self.filterset = self.filterset_class(self.request.GET or None, queryset=queryset, **self.filterset_kwargs())
+        use_dropdowns(self.filterset.form)  # before validation: the widget reads the values
+        if self.filterset.is_bound and not self.filterset.is_valid():
+            return queryset.none()
+        return self.filterset.qs
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context: dict[str, Any] = super().get_context_data(**kwargs)  # type: ignore[misc]
+        context.update(filter_list_context(self.request, self.filterset))
+        return context
+
+
 class ListDropdown(forms.Select):
     """A drop-down for a multi-value filter field: one pick on the page, a list for the form.
 

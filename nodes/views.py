@@ -20,7 +20,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views.generic import DetailView, ListView, TemplateView
 
-from gpuplane.web import RoleRequiredMixin, filter_list_context, use_dropdowns
+from gpuplane.web import FilteredListMixin, RoleRequiredMixin
 from nodes.api.series import DEFAULT_RANGE, RANGES
 from nodes.figures import format_gb, format_number, format_percent, gpu_equivalent, listed_shares
 from nodes.filtersets import NodeFilterSet
@@ -180,20 +180,20 @@ def telemetry_context(request: HttpRequest, series_url: str, *, has_samples: boo
     }
 
 
-class NodeListView(RoleRequiredMixin, ListView):
+class NodeListView(RoleRequiredMixin, FilteredListMixin, ListView):
     """`/nodes/`: every node with GPUs, sharing mode, utilization, allocation and status; filterable."""
 
     template_name = "nodes/node_list.html"
     context_object_name = "nodes"
     paginate_by = 50
 
-    def get_queryset(self) -> QuerySet[Node]:
-        self.filterset = NodeFilterSet(self.request.GET or None, queryset=node_list_queryset(), request=self.request)
-        use_dropdowns(self.filterset.form)  # before validation: the widget reads the values
-        # An invalid filter value shows the form error and an empty table, never every node.
-        if self.filterset.is_bound and not self.filterset.is_valid():
-            return self.filterset.queryset.none()
-        return self.filterset.qs
+    filterset_class = NodeFilterSet
+
+    def base_queryset(self) -> QuerySet[Node]:
+        return node_list_queryset()
+
+    def filterset_kwargs(self) -> dict[str, Any]:
+        return {"request": self.request}
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
@@ -206,7 +206,6 @@ class NodeListView(RoleRequiredMixin, ListView):
             allocated = Fraction(node.allocated_milli, SHARE_MILLI_FULL) + corrections.get(node.pk, Fraction(0))
             node.allocated_pct = round(allocated * 100 / node.gpus_n) if node.gpus_n else 0
             node.allocated_gpus = format_number(allocated, 2)
-        context.update(filter_list_context(self.request, self.filterset))
         return context
 
 

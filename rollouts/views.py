@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.views.generic import DetailView, FormView, ListView
 
 from gpuplane.roles import OPERATOR, has_role
-from gpuplane.web import RoleRequiredMixin, filter_list_context, use_dropdowns
+from gpuplane.web import FilteredListMixin, RoleRequiredMixin
 from lifecycle.audit import object_type_of
 from rollouts.api.serializers import RollingUpdateSerializer
 from rollouts.choices import NodeState, RolloutStatus
@@ -77,27 +77,23 @@ def node_badge(state: str) -> str:
     return _NODE_BADGES.get(state, "warn")
 
 
-class RolloutListView(RoleRequiredMixin, ListView):
+class RolloutListView(RoleRequiredMixin, FilteredListMixin, ListView):
     """`/rollouts/`: every rollout with its status and progress; operators get the create button."""
 
     template_name = "rollouts/rollout_list.html"
     context_object_name = "rollouts"
     paginate_by = 50
 
-    def get_queryset(self) -> QuerySet[RollingUpdate]:
-        queryset = RollingUpdate.objects.select_related("created_by").prefetch_related("nodes").order_by("-created_at", "-id")
-        self.filterset = RolloutFilterSet(self.request.GET or None, queryset=queryset)
-        use_dropdowns(self.filterset.form)  # before validation: the widget reads the values
-        if self.filterset.is_bound and not self.filterset.is_valid():
-            return queryset.none()
-        return self.filterset.qs
+    filterset_class = RolloutFilterSet
+
+    def base_queryset(self) -> QuerySet[RollingUpdate]:
+        return RollingUpdate.objects.select_related("created_by").prefetch_related("nodes").order_by("-created_at", "-id")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         for rollout in context["rollouts"]:
             rollout.badge = status_badge(rollout.status)
             rollout.node_count = len(rollout.nodes.all())
-        context.update(filter_list_context(self.request, self.filterset))
         # The model is a RollingUpdate; the pages and the API call it a rollout.
         context.update(item_name="rollout", item_name_plural="rollouts")
         context["can_create"] = has_role(self.request.user, OPERATOR)

@@ -9,30 +9,25 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.views.generic import ListView
 
-from gpuplane.web import RoleRequiredMixin, filter_list_context, use_dropdowns
+from gpuplane.web import FilteredListMixin, RoleRequiredMixin
 from scheduler.choices import MOVE_DISRUPTING, MOVE_IN_FLIGHT
 from scheduler.filtersets import MoveFilterSet
 from scheduler.models import Move
 from scheduler.services.disruption import concurrent_budget
 
 
-class MoveListView(RoleRequiredMixin, ListView):
+class MoveListView(RoleRequiredMixin, FilteredListMixin, ListView):
     template_name = "scheduler/move_list.html"
     context_object_name = "moves"
     paginate_by = 50
 
-    def get_queryset(self) -> QuerySet[Move]:
-        queryset = Move.objects.select_related("deployment", "original").order_by("-created_at", "-id")
-        self.filterset = MoveFilterSet(self.request.GET or None, queryset=queryset)
-        use_dropdowns(self.filterset.form)  # before validation: the widget reads the values
-        # An invalid filter value shows the form error and an empty table, never every row.
-        if self.filterset.is_bound and not self.filterset.is_valid():
-            return queryset.none()
-        return self.filterset.qs
+    filterset_class = MoveFilterSet
+
+    def base_queryset(self) -> QuerySet[Move]:
+        return Move.objects.select_related("deployment", "original").order_by("-created_at", "-id")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context.update(filter_list_context(self.request, self.filterset))
         disrupting = Move.objects.filter(status__in=MOVE_DISRUPTING, hold=False)
         context.update(
             in_flight=Move.objects.filter(status__in=MOVE_IN_FLIGHT).count(),

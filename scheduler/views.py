@@ -24,7 +24,7 @@ from django.views import View
 from django.views.generic import DetailView, FormView, ListView
 
 from gpuplane.roles import OPERATOR, has_role
-from gpuplane.web import RoleRequiredMixin, filter_list_context, use_dropdowns
+from gpuplane.web import FilteredListMixin, RoleRequiredMixin
 from nodes.cluster.base import ClusterError
 from nodes.models import Node
 from nodes.vocabulary import MIB_PER_GB
@@ -82,7 +82,7 @@ def node_urls(names: set[str]) -> dict[str, str]:
 # ---- views -------------------------------------------------------------------------------------
 
 
-class DeploymentListView(RoleRequiredMixin, ListView):
+class DeploymentListView(RoleRequiredMixin, FilteredListMixin, ListView):
     """`/deployments/`: every deployment with its request, status and the nodes it runs on;
     filterable by status and namespace."""
 
@@ -90,15 +90,11 @@ class DeploymentListView(RoleRequiredMixin, ListView):
     context_object_name = "deployments"
     paginate_by = 50
 
-    def get_queryset(self) -> QuerySet[Deployment]:
+    filterset_class = DeploymentFilterSet
+
+    def base_queryset(self) -> QuerySet[Deployment]:
         placements = Placement.objects.select_related("node").order_by("replica_index")
-        queryset = Deployment.objects.prefetch_related(Prefetch("placements", placements)).order_by("-created_at", "-id")
-        self.filterset = DeploymentFilterSet(self.request.GET or None, queryset=queryset)
-        use_dropdowns(self.filterset.form)  # before validation: the widget reads the values
-        # An invalid filter value shows the form error and an empty table, never every row.
-        if self.filterset.is_bound and not self.filterset.is_valid():
-            return queryset.none()
-        return self.filterset.qs
+        return Deployment.objects.prefetch_related(Prefetch("placements", placements)).order_by("-created_at", "-id")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
@@ -111,7 +107,6 @@ class DeploymentListView(RoleRequiredMixin, ListView):
             deployment.handed_over = sum(1 for p in placements if p.node_id is None)
             # Placements are kept as history; once released they no longer hold those nodes.
             deployment.released = deployment.status in (DeploymentStatus.DELETED, DeploymentStatus.FAILED)
-        context.update(filter_list_context(self.request, self.filterset))
         context["can_deploy"] = has_role(self.request.user, OPERATOR)
         return context
 
