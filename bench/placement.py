@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
+from gpuplane import allocator  # noqa: E402
 from nodes.catalog import find_model  # noqa: E402
 from nodes.vocabulary import PartitionKind, SharingMode, Taint  # noqa: E402
 from scheduler.core import (  # noqa: E402
@@ -251,6 +252,7 @@ def run(nodes: int, decisions: int, *, profile: str = "balanced", seed: int = 42
         "python": platform.python_version(),
         "numpy": np.__version__,
         "cpus": os.cpu_count(),
+        "allocator_tuned": allocator.is_tuned(),
     }
 
 
@@ -263,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=500, help="live placements kept before releasing the oldest")
     parser.add_argument("--json", action="store_true", help="print one JSON object per size instead of a table")
     args = parser.parse_args(argv)
+    allocator.tune()  # as every gpuplane process does at start (gpuplane/allocator.py)
     sizes = args.nodes or list(DEFAULT_SIZES)
     results = []
     for size in sizes:

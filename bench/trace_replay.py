@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from bench.trace_profiles import PROFILE_POLICIES, ProfileReplayer, workload_args  # noqa: E402
+from gpuplane import allocator  # noqa: E402
 from scheduler.core.fragmentation import typical_pods  # noqa: E402
 from scheduler.core.packing import PackingCluster, PackNode, PackPod  # noqa: E402
 from scheduler.core.packing_policies import POLICIES, choose, class_table  # noqa: E402
@@ -147,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    allocator.tune()  # as every gpuplane process does at start (gpuplane/allocator.py)
     nodes = load_nodes(args.nodes or args.pods.parent / NODE_LIST, args.limit_nodes)
     pods = load_pods(args.pods)
     seeds = parse_seeds(args.seeds)
