@@ -93,6 +93,14 @@ def viewer_api(viewer) -> APIClient:
     return client
 
 
+@pytest.fixture
+def no_watch(monkeypatch):
+    """Deploys that really commit (transactional tests) keep their watch task off the broker."""
+    from scheduler.services import placing
+
+    monkeypatch.setattr(placing, "enqueue_watch", lambda deployment_id: None)
+
+
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
     """Full-strength hashing costs ~0.3 s a user; tests check access rules, not the hash."""

@@ -12,31 +12,21 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from django.test import Client
 
 from nodes.models import GPU, Partition
 from scheduler.models import Deployment, NamespaceQuota, Placement
 from scheduler.services import placing
 from tests.nodes.factories import make_node, make_partition
+from tests.races import POSTGRES_RACE
 from tests.scheduler.inventory import check_invariants, free_whole_gpus, whole_gpu_cluster
 
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(connection.vendor != "postgresql",
-                       reason="needs PostgreSQL: SQLite serialises all writers, so there is no race to test"),
-]
+pytestmark = [*POSTGRES_RACE, pytest.mark.usefixtures("no_watch")]
 
 FREE_GPUS = 50
 REQUESTS = 200
 WORKERS = 24  # well under PostgreSQL's default max_connections of 100
-
-
-@pytest.fixture(autouse=True)
-def no_watch(monkeypatch):
-    """Transactions really commit here: keep the watch task off the broker."""
-    monkeypatch.setattr(placing, "enqueue_watch", lambda deployment_id: None)
 
 
 def deploy_all(operator, gpu_counts: list[int], namespace: str = "default",

@@ -11,24 +11,15 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 
 from scheduler import services
 from scheduler.models import Deployment, PartitionHold
 from scheduler.services import DeploySpec, NoCapacity, placing
+from tests.races import POSTGRES_RACE
 from tests.scheduler.inventory import check_invariants, empty_cluster, free_whole_gpus, whole_gpu_cluster
 
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(connection.vendor != "postgresql",
-                       reason="needs PostgreSQL: SQLite serialises all writers, so there is no race to test"),
-]
-
-
-@pytest.fixture(autouse=True)
-def no_watch(monkeypatch):
-    monkeypatch.setattr(placing, "enqueue_watch", lambda deployment_id: None)
+pytestmark = [*POSTGRES_RACE, pytest.mark.usefixtures("no_watch")]
 
 
 def test_racing_replica_additions_and_releases_keep_capacity_exact():

@@ -9,28 +9,19 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 
 from lifecycle.errors import Conflict
 from scheduler import services
 from scheduler.models import Deployment, Move, Placement
-from scheduler.services import DeploySpec, placing
+from scheduler.services import DeploySpec
 from scheduler.services.autoscaling import scale_deployment, serving_count
 from tests.moving.helpers import ACTIVE, run_until_settled, tick
+from tests.races import POSTGRES_RACE
 from tests.rollouts.simulated import mps_cluster
 from tests.scheduler.inventory import FakeClock, check_invariants
 
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(connection.vendor != "postgresql",
-                       reason="needs PostgreSQL: SQLite serialises all writers, so there is no race to test"),
-]
-
-
-@pytest.fixture(autouse=True)
-def no_watch(monkeypatch):
-    monkeypatch.setattr(placing, "enqueue_watch", lambda deployment_id: None)
+pytestmark = [*POSTGRES_RACE, pytest.mark.usefixtures("no_watch")]
 
 
 @pytest.mark.parametrize(("by_hand", "by_autoscaler"), [(5, 1), (1, 4), (4, 2), (2, 2)])

@@ -18,8 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
-def no_broker(monkeypatch):
-    monkeypatch.setattr(placing, "enqueue_watch", lambda deployment_id: None)
+def no_broker(no_watch):
     SNAPSHOTS.invalidate()
     yield
     SNAPSHOTS.invalidate()

@@ -28,7 +28,6 @@ from django.test.utils import CaptureQueriesContext
 
 from scheduler import services
 from scheduler.choices import DeploymentStatus, PlacementStatus
-from scheduler.services import placing
 from scheduler.services.snapshots import SNAPSHOTS
 from scheduler.services.workload_mix import refresh_workload_mix
 from tests.scheduler.inventory import check_invariants, empty_cluster, whole_gpu_cluster
@@ -40,8 +39,7 @@ MOST_STATEMENTS = {"postgresql": 20, "sqlite": 19}
 
 
 @pytest.fixture(autouse=True)
-def fresh_cache(monkeypatch):
-    monkeypatch.setattr(placing, "enqueue_watch", lambda deployment_id: None)
+def fresh_cache(no_watch):
     SNAPSHOTS.invalidate()
     yield
     SNAPSHOTS.invalidate()

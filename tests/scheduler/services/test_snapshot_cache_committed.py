@@ -14,7 +14,7 @@ from scheduler import services
 from scheduler.adapters import build_snapshot
 from scheduler.core import PlacementRequest, SharingRequest
 from scheduler.models import Deployment, Placement
-from scheduler.services import placing, snapshots
+from scheduler.services import snapshots
 from scheduler.services.deciding import placement_scheduler
 from scheduler.services.snapshots import SNAPSHOTS, Changes, SnapshotCache
 from tests.scheduler.inventory import check_invariants, empty_cluster, whole_gpu_cluster
@@ -25,8 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
-def fresh_cache(monkeypatch):
-    monkeypatch.setattr(placing, "enqueue_watch", lambda deployment_id: None)
+def fresh_cache(no_watch):
     SNAPSHOTS.invalidate()
     yield
     SNAPSHOTS.invalidate()
