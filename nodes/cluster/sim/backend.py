@@ -18,13 +18,12 @@ from nodes.cluster.base import (
     Changes,
     ClusterError,
     ClusterNode,
-    ClusterPDB,
     ClusterPod,
     Listing,
     NotFound,
     WorkloadSpec,
 )
-from nodes.cluster.parsing import parse_node, parse_pdb, parse_pod
+from nodes.cluster.parsing import parse_node, parse_pod
 from nodes.cluster.sim import (
     device_plugin,
     eviction,
@@ -37,6 +36,7 @@ from nodes.cluster.sim import (
     workloads,
 )
 from nodes.cluster.sim.configmaps import ConfigMapAPI
+from nodes.cluster.sim.eviction import PodDisruptionBudgetAPI
 from nodes.cluster.sim.objects import REMOVED_DELETED, find_node, remove_pod
 from nodes.cluster.sim.priority_classes import PriorityClassAPI
 from nodes.cluster.sim.service_accounts import ServiceAccountAPI
@@ -60,7 +60,7 @@ _COLLECTIONS = {
 }
 
 
-class SimulatedCluster(ConfigMapAPI, ServiceAccountAPI, PriorityClassAPI):
+class SimulatedCluster(ConfigMapAPI, ServiceAccountAPI, PriorityClassAPI, PodDisruptionBudgetAPI):
     """A ClusterBackend over a state file (`store`); see `nodes.cluster.sim` for what it simulates.
 
     `clock` is a callable returning seconds (like `time.time`) or an object with a numeric `now`
@@ -292,34 +292,6 @@ class SimulatedCluster(ConfigMapAPI, ServiceAccountAPI, PriorityClassAPI):
         """Make a Running pod pass or fail its readiness probe."""
         with self._transaction() as state:
             fixtures.set_pod_ready(state, self._now(), namespace, name, ready)
-
-    def add_pdb(self, namespace: str, name: str, selector: dict[str, str], min_available: int | str | None = None,
-                *, max_unavailable: int | str | None = None) -> None:
-        """Add or replace a policy/v1 PodDisruptionBudget with matchLabels `selector` and one of
-        minAvailable or maxUnavailable."""
-        with self._transaction() as state:
-            eviction.put_pdb(state, namespace, name, selector, min_available, max_unavailable)
-
-    def list_pdbs(self) -> list[ClusterPDB]:
-        """The stored PodDisruptionBudgets, read by the same parser as the Kubernetes backend's."""
-        return self._operate("list_pdbs", lambda s, now: [parse_pdb(s["pdbs"].peek(k)) for k in sorted(s["pdbs"])])
-
-    def apply_pdb(self, pdb: ClusterPDB) -> None:
-        """Create or replace a PodDisruptionBudget (the API server's checks: one budget, int or percent)."""
-        self._operate("apply_pdb", lambda state, now: eviction.put_pdb(
-            state, pdb.namespace, pdb.name, pdb.match_labels, pdb.min_available, pdb.max_unavailable))
-
-    def delete_pdb(self, namespace: str, name: str) -> None:
-        """Delete a PodDisruptionBudget; one already gone is no error (as the backends agree)."""
-        def action(state: State, now: float) -> None:
-            if f"{namespace}/{name}" in state["pdbs"]:
-                del state["pdbs"][f"{namespace}/{name}"]
-        self._operate("delete_pdb", action)
-
-    def pdb_status(self, namespace: str, name: str) -> dict[str, int]:
-        """The budget's ``status`` as the disruption controller would write it (disruptionsAllowed...)."""
-        with self._transaction() as state:
-            return eviction.pdb_status(state, state["pdbs"][f"{namespace}/{name}"])
 
     def inject_fault(self, operation: str, message: str = "injected fault", times: int = 1) -> None:
         """Make the next `times` calls of the ClusterBackend method `operation` raise ClusterError(message).

@@ -14,9 +14,11 @@ is an `Evicted` event in the record, told apart from every other way a pod can g
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from nodes.cluster.base import ClusterError, EvictionBlocked, NotFound
+from nodes.cluster.base import ClusterError, ClusterPDB, EvictionBlocked, NotFound
 from nodes.cluster.disruption import desired_healthy
 from nodes.cluster.parsing import parse_pdb
 from nodes.cluster.sim.objects import REMOVED_EVICTED, TERMINAL_PHASES, is_ready, owner_kind, phase, remove_pod
@@ -24,6 +26,7 @@ from nodes.cluster.sim.store import State
 
 EVICTION_BLOCKED_MESSAGE = "Cannot evict pod as it would violate the pod's disruption budget."
 _PERCENT = re.compile(r"[0-9]+%")
+T = TypeVar("T")
 
 
 def put_pdb(state: State, namespace: str, name: str, selector: dict[str, str], min_available: int | str | None = None,
@@ -99,3 +102,41 @@ def _selector_matches(pdb: dict[str, Any], pod: dict[str, Any]) -> bool:
     match_labels = (pdb["spec"].get("selector") or {}).get("matchLabels") or {}
     labels = pod["metadata"].get("labels") or {}
     return all(labels.get(key) == value for key, value in match_labels.items())
+
+
+class PodDisruptionBudgetAPI:
+    """SimulatedCluster's PodDisruptionBudget methods: ``list_pdbs`` / ``apply_pdb`` / ``delete_pdb``
+    of the ClusterBackend protocol, and ``add_pdb`` / ``pdb_status`` for seeding and tests."""
+
+    if TYPE_CHECKING:
+        def _operate(self, operation: str, action: Callable[[State, float], T]) -> T: ...
+
+        def _transaction(self) -> AbstractContextManager[State]: ...
+
+    def add_pdb(self, namespace: str, name: str, selector: dict[str, str], min_available: int | str | None = None,
+                *, max_unavailable: int | str | None = None) -> None:
+        """Add or replace a policy/v1 PodDisruptionBudget with matchLabels `selector` and one of
+        minAvailable or maxUnavailable."""
+        with self._transaction() as state:
+            put_pdb(state, namespace, name, selector, min_available, max_unavailable)
+
+    def list_pdbs(self) -> list[ClusterPDB]:
+        """The stored PodDisruptionBudgets, read by the same parser as the Kubernetes backend's."""
+        return self._operate("list_pdbs", lambda s, now: [parse_pdb(s["pdbs"].peek(k)) for k in sorted(s["pdbs"])])
+
+    def apply_pdb(self, pdb: ClusterPDB) -> None:
+        """Create or replace a PodDisruptionBudget (the API server's checks: one budget, int or percent)."""
+        self._operate("apply_pdb", lambda state, now: put_pdb(
+            state, pdb.namespace, pdb.name, pdb.match_labels, pdb.min_available, pdb.max_unavailable))
+
+    def delete_pdb(self, namespace: str, name: str) -> None:
+        """Delete a PodDisruptionBudget; one already gone is no error (as the backends agree)."""
+        def action(state: State, now: float) -> None:
+            if f"{namespace}/{name}" in state["pdbs"]:
+                del state["pdbs"][f"{namespace}/{name}"]
+        self._operate("delete_pdb", action)
+
+    def pdb_status(self, namespace: str, name: str) -> dict[str, int]:
+        """The budget's ``status`` as the disruption controller would write it (disruptionsAllowed...)."""
+        with self._transaction() as state:
+            return pdb_status(state, state["pdbs"][f"{namespace}/{name}"])
