@@ -4,8 +4,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from nodes.inventory.sync import sync_inventory
+from scheduler import services
 from scheduler.choices import PlacementStatus
 from scheduler.models import Deployment, Move, Placement
+from scheduler.services import DeploySpec
 from scheduler.services.moving import advance_moves
 from tests.rollouts.simulated import ready_replicas
 from tests.scheduler.inventory import FakeClock, check_invariants
@@ -18,6 +20,16 @@ def tick(cluster, clock: FakeClock, seconds: float = 1.0) -> dict[str, int]:
     clock.advance(seconds)
     sync_inventory(cluster)
     return done
+
+
+def ready_quarter_gpu_deployment(cluster, clock: FakeClock, name: str, replicas: int = 3) -> Deployment:
+    """Deploy ``replicas`` MPS replicas of a quarter GPU each and let them start (one tick)."""
+    deployment = services.deploy(DeploySpec(name=name, model="m", memory_gb=8, sharing="mps", share_percent=25,
+                                            replicas=replicas), cluster=cluster)
+    clock.advance(3)
+    tick(cluster, clock)
+    deployment.refresh_from_db()
+    return deployment
 
 
 def run_until_settled(cluster, clock: FakeClock, ticks: int = 40, *, served_check: bool = True) -> list[Move]:

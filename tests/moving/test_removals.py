@@ -16,7 +16,7 @@ from scheduler.models import Deployment, Move, Placement
 from scheduler.services import DeploySpec
 from scheduler.services.autoscaling import scale_deployment, serving_count
 from scheduler.services.moving import request_move, request_removal
-from tests.moving.helpers import ACTIVE, assert_no_leak, run_until_settled, tick
+from tests.moving.helpers import ACTIVE, assert_no_leak, ready_quarter_gpu_deployment, run_until_settled, tick
 from tests.rollouts.simulated import mps_cluster, ready_replicas
 from tests.scheduler.inventory import FakeClock
 
@@ -28,12 +28,7 @@ def three(db):
     """Five one-GPU nodes; ``trio`` with three ready replicas (MPS, a quarter of a GPU each)."""
     clock = FakeClock()
     cluster = mps_cluster(clock, node_count=5, deployments=0)
-    deployment = services.deploy(DeploySpec(name="trio", model="m", memory_gb=8, sharing="mps", share_percent=25,
-                                            replicas=3), cluster=cluster)
-    clock.advance(3)
-    tick(cluster, clock)
-    deployment.refresh_from_db()
-    return clock, cluster, deployment
+    return clock, cluster, ready_quarter_gpu_deployment(cluster, clock, "trio")
 
 
 def active(deployment: Deployment) -> int:

@@ -12,11 +12,9 @@ import pytest
 from django.db import connections
 
 from lifecycle.errors import Conflict
-from scheduler import services
 from scheduler.models import Deployment, Move, Placement
-from scheduler.services import DeploySpec
 from scheduler.services.autoscaling import scale_deployment, serving_count
-from tests.moving.helpers import ACTIVE, run_until_settled, tick
+from tests.moving.helpers import ACTIVE, ready_quarter_gpu_deployment, run_until_settled
 from tests.races import POSTGRES_RACE
 from tests.rollouts.simulated import mps_cluster
 from tests.scheduler.inventory import FakeClock, check_invariants
@@ -28,10 +26,7 @@ pytestmark = [*POSTGRES_RACE, pytest.mark.usefixtures("no_watch")]
 def test_two_scale_requests_at_once_end_consistent(by_hand, by_autoscaler):
     clock = FakeClock()
     cluster = mps_cluster(clock, node_count=6, deployments=0)
-    deployment = services.deploy(DeploySpec(name="chat", model="m", memory_gb=8, sharing="mps", share_percent=25,
-                                            replicas=3), cluster=cluster)
-    clock.advance(3)
-    tick(cluster, clock)
+    deployment = ready_quarter_gpu_deployment(cluster, clock, "chat")
     start = threading.Barrier(2)
 
     def scale(replicas: int, policy: str) -> str:
