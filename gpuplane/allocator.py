@@ -19,7 +19,6 @@ changed. Django-free, so the pure core's benchmarks can use it.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from collections.abc import Callable
 
@@ -45,9 +44,10 @@ def tune() -> bool:
     mallopt = _mallopt()
     if mallopt is None:
         return False
-    _tuned = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
-        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
-    )
+    # mallopt answers 1 on success; musl's stub answers 0 and changes nothing.
+    mmap_set = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+    trim_set = mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
+    _tuned = mmap_set and trim_set
     return _tuned
 
 
@@ -58,12 +58,9 @@ def is_tuned() -> bool:
 
 def _mallopt() -> Callable[[int, int], int] | None:
     """glibc's ``mallopt``, or None where the C library has none (musl, macOS)."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        # The process's own symbols, libc's among them: no library search (find_library runs ldconfig).
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return None
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
