@@ -13,6 +13,7 @@ from django.contrib.auth.models import Group, User
 from rest_framework.test import APIClient
 
 from gpuplane.roles import ADMIN, OPERATOR, VIEWER
+from scheduler.services import placing
 from tests import leaks
 
 PASSWORD = "correct-horse-battery"
@@ -96,8 +97,6 @@ def viewer_api(viewer) -> APIClient:
 @pytest.fixture
 def no_watch(monkeypatch):
     """Deploys that really commit (transactional tests) keep their watch task off the broker."""
-    from scheduler.services import placing
-
     monkeypatch.setattr(placing, "enqueue_watch", lambda deployment_id: None)
 
 
